@@ -1,0 +1,1 @@
+"""Launchers for the services the tests, CI and demo use, and deployment files."""

@@ -1,0 +1,395 @@
+"""Run a real single-node Apache Kafka 4.x broker (KRaft) from Maven Central jars.
+
+The jars are resolved once with Maven into a cache folder; each :class:`KafkaBroker`
+formats its own work folder and runs ``kafka.Kafka`` on two free loopback ports.
+Tests use it through ``tests/conftest.py``; CI and humans use the CLI::
+
+    python -m mycroft.infra.kafka_broker fetch
+    python -m mycroft.infra.kafka_broker start --dir .cache/broker  # prints bootstrap
+    python -m mycroft.infra.kafka_broker stop --dir .cache/broker
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from mycroft.errors import BrokerError, ConfigError, MycroftError
+from mycroft.infra import _kafka_props as kp
+from mycroft.infra._kafka_props import check_bootstrap
+
+__all__ = ["KafkaBroker", "check_bootstrap", "default_cache_dir", "fetch_jars", "main"]
+
+logger = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+def _resource_text(name: str) -> str:
+    """Read a file shipped as package data under ``mycroft.infra/kafka/``."""
+    return resources.files("mycroft.infra").joinpath("kafka", name).read_text("utf-8")
+
+
+def kafka_version() -> str:
+    """Return the Kafka version pinned in the packaged ``pom.xml``."""
+    pom = _resource_text("pom.xml")
+    found = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", pom)
+    if found is None:
+        raise BrokerError("packaged kafka/pom.xml lacks <kafka.version>; reinstall")
+    return found.group(1).strip()
+
+
+def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Return where the broker jars live.
+
+    Args:
+        env: environment to read ``MYCROFT_CACHE_DIR`` from; ``os.environ`` if None.
+
+    Returns:
+        ``$MYCROFT_CACHE_DIR/kafka-<version>`` when set, else
+        ``<repository or cwd>/.cache/kafka-<version>``.
+    """
+    env = os.environ if env is None else env
+    name = f"kafka-{kafka_version()}"
+    if env.get("MYCROFT_CACHE_DIR"):
+        return Path(env["MYCROFT_CACHE_DIR"]).expanduser() / name
+    repo = Path(__file__).resolve().parent.parent
+    base = repo if (repo / "pyproject.toml").is_file() else Path.cwd()
+    return base / ".cache" / name
+
+
+def fetch_jars(
+    cache_dir: Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Path:
+    """Resolve the broker's jars with Maven once; later calls only read a marker.
+
+    Args:
+        cache_dir: folder for the jars; :func:`default_cache_dir` if None.
+        env: environment for :func:`default_cache_dir`; ``os.environ`` if None.
+
+    Returns:
+        The folder holding the jars (the classpath is ``<folder>/*``).
+
+    Raises:
+        BrokerError: mvn or java is missing, or mvn failed (the message names its log).
+    """
+    cache = (cache_dir or default_cache_dir(env)).resolve()
+    pom = _resource_text("pom.xml")
+    digest = hashlib.sha256(pom.encode()).hexdigest()
+    if kp.jars_ready(cache, digest):
+        return cache
+    cache.mkdir(parents=True, exist_ok=True)
+    with kp.file_lock(cache / ".lock"):
+        if not kp.jars_ready(cache, digest):
+            logger.info("resolving Kafka jars with Maven into %s", cache)
+            kp.run_mvn(cache, pom)
+            jars = kp.write_marker(cache, digest)
+            logger.info("fetched %d Kafka jars into %s", len(jars), cache)
+    return cache
+
+
+class KafkaBroker:
+    """A single-node KRaft broker+controller on two loopback ports.
+
+    ``start()`` after ``stop()`` reuses the same ports and data folder, so clients
+    configured with the old bootstrap reconnect and data survives. A broker still
+    running when the object is collected or Python exits is stopped, unless it was
+    started with ``detach=True``.
+
+    Args:
+        workdir: folder for config, data and logs; a new temporary folder if None.
+        heap_mb: maximum JVM heap in MiB.
+        cache_dir: where the jars are; :func:`default_cache_dir` if None.
+        keep: keep a temporary ``workdir`` after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        *,
+        heap_mb: int = 512,
+        cache_dir: Path | None = None,
+        keep: bool = False,
+    ) -> None:
+        if heap_mb < kp.MIN_HEAP_MB:
+            raise ConfigError(f"heap_mb={heap_mb} is below {kp.MIN_HEAP_MB}; raise it")
+        self._runtime = kp.Runtime()
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="mycroft-kafka-"))
+            self._runtime.owned_dir = None if keep else workdir
+        self._workdir = workdir.resolve()
+        self._heap_mb = heap_mb
+        self._cache_dir = cache_dir
+        self._ports: kp.BrokerPorts | None = None
+        self._admin: AdminClient | None = None  # kept: a collected one fails futures
+        self._exit_code: int | None = None
+        self._finalizer = weakref.finalize(self, kp.reap, self._runtime)
+
+    @property
+    def workdir(self) -> Path:
+        """The folder holding ``server.properties``, ``data/`` and ``logs/``."""
+        return self._workdir
+
+    @property
+    def log_path(self) -> Path:
+        """The JVM's stdout and stderr, appended across restarts."""
+        return self._workdir / "broker.log"
+
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the client listener; fixed after the first start."""
+        if self._ports is None:
+            raise BrokerError("the broker has no ports yet; call start() first")
+        return f"{kp.HOST}:{self._ports.client}"
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs, else None."""
+        proc = self._runtime.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the JVM process is alive (not necessarily ready)."""
+        return self.pid is not None
+
+    @property
+    def exit_code(self) -> int | None:
+        """How the last run ended (143: clean SIGTERM, -9: killed); None before."""
+        return self._exit_code
+
+    def rss_bytes(self) -> int:
+        """Return the JVM's resident set size in bytes (from ``/proc``)."""
+        rss: int | None = None if self.pid is None else kp.vmrss_bytes(self.pid)
+        if rss is None:
+            raise BrokerError("the broker is not running; start() it first")
+        return rss
+
+    def start(self, timeout_s: float = 120.0, *, detach: bool = False) -> str:
+        """Start the broker and wait until it answers metadata requests.
+
+        Args:
+            timeout_s: how long to wait for readiness, in seconds.
+            detach: run in its own session and leave it running when this object is
+                collected or Python exits (what the CLI does).
+
+        Returns:
+            The bootstrap string ``127.0.0.1:PORT``.
+
+        Raises:
+            BrokerError: jars, java or formatting failed, the JVM exited, or it was
+                not ready in time; the message holds the log tail and the log path.
+        """
+        if self.is_running:
+            return self.bootstrap
+        if not self._finalizer.alive:
+            raise BrokerError("this KafkaBroker was closed; create a new one")
+        jars = fetch_jars(self._cache_dir)
+        java = kp.require_tool("java")
+        config = self._prepare(java, jars)
+        started = time.monotonic()
+        cmd = [*self._java(java, jars, self._heap_mb), "kafka.Kafka", str(config)]
+        self._launch(cmd, detach)
+        self._wait_ready(timeout_s)
+        elapsed = time.monotonic() - started
+        logger.info("Kafka ready at %s in %.1f s", self.bootstrap, elapsed)
+        return self.bootstrap
+
+    def _prepare(self, java: str, jars: Path) -> Path:
+        """Write the config files, pick ports on first use, format fresh storage."""
+        (self._workdir / "logs").mkdir(parents=True, exist_ok=True)
+        config = self._workdir / "server.properties"
+        data_dir = self._workdir / "data"
+        formatted = (data_dir / "meta.properties").is_file()
+        if self._ports is None and formatted and config.is_file():
+            old = kp.parse_properties(config.read_text("utf-8"))
+            self._ports = kp.ports_from_properties(old)
+        if self._ports is None:
+            self._ports = kp.pick_free_ports()
+        rendered = kp.render_properties(kp.server_properties(self._ports, data_dir))
+        config.write_text(rendered, "utf-8")
+        self._log4j.write_text(_resource_text("log4j2.properties"), "utf-8")
+        if not formatted:
+            self._format(java, jars, config)
+        return config
+
+    @property
+    def _log4j(self) -> Path:
+        return self._workdir / "log4j2.properties"
+
+    def _java(self, java: str, jars: Path, heap_mb: int) -> list[str]:
+        flags = kp.jvm_flags(heap_mb, self._workdir / "logs", self._log4j)
+        return [java, *flags, "-cp", f"{jars}/*"]
+
+    def _format(self, java: str, jars: Path, config: Path) -> None:
+        cid = kp.new_cluster_id()
+        tool = ["kafka.tools.StorageTool", "format", "-t", cid, "-c", str(config)]
+        logger.info("formatting KRaft storage in %s (cluster %s)", self._workdir, cid)
+        with self.log_path.open("ab") as out:
+            done = subprocess.run(
+                [*self._java(java, jars, 256), *tool], stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, timeout=120, check=False,
+            )  # fmt: skip
+        if done.returncode != 0:
+            raise self._failure(f"StorageTool format exited with {done.returncode}")
+
+    def _launch(self, cmd: list[str], detach: bool) -> None:
+        with self.log_path.open("ab") as out:
+            out.write(f"--- mycroft: starting {' '.join(cmd)}\n".encode())
+            out.flush()
+            # A detached broker gets its own session so it outlives our terminal.
+            self._runtime.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self._workdir, start_new_session=detach,
+            )  # fmt: skip
+        self._runtime.detached = detach
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._answers_metadata():
+            proc = self._runtime.proc
+            if proc is None or proc.poll() is not None:
+                code = None if proc is None else proc.returncode
+                self.stop()
+                raise self._failure(f"the broker exited ({code}) while starting")
+            if time.monotonic() > deadline:
+                self.stop(timeout_s=5.0)
+                raise self._failure(f"the broker was not ready after {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    def _answers_metadata(self) -> bool:
+        if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
+            return False
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        try:
+            return len(self._admin.list_topics(timeout=2).brokers) >= 1
+        except KafkaException:
+            return False
+
+    def _failure(self, what: str) -> BrokerError:
+        tail = kp.tail_lines(self.log_path)
+        return BrokerError(f"{what}; log {self.log_path} ends with:\n{tail}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL after ``timeout_s``); idempotent.
+
+        The work folder, ports and data stay, so :meth:`start` can run it again.
+        """
+        self._admin = None  # first, so librdkafka does not retry a dying broker
+        proc, self._runtime.proc = self._runtime.proc, None
+        if proc is not None:
+            logger.info("stopping Kafka broker pid %d", proc.pid)
+            kp.terminate(proc, timeout_s)
+            self._exit_code = proc.returncode
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the broker and delete its temporary work folder (unless ``keep``)."""
+        self.stop(timeout_s)
+        self._finalizer()
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    state = kp.read_state(args.dir)
+    if kp.live_pid(state, args.dir) is not None:
+        print(state["bootstrap"])
+        return 0
+    broker = KafkaBroker(args.dir, heap_mb=args.heap_mb)
+    bootstrap = broker.start(args.timeout, detach=True)
+    log = str(broker.log_path)
+    record = {"pid": broker.pid, "bootstrap": bootstrap, "log_path": log}
+    (args.dir / kp.STATE_NAME).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
+    print(bootstrap)
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    pid = kp.live_pid(kp.read_state(args.dir), args.dir)
+    if pid is not None:
+        kp.stop_pid(pid, args.dir, args.timeout)
+        logger.info("stopped Kafka broker pid %d", pid)
+    (args.dir / kp.STATE_NAME).unlink(missing_ok=True)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    state = kp.read_state(args.dir)
+    pid = kp.live_pid(state, args.dir)
+    rss = None if pid is None else kp.vmrss_bytes(pid)
+    print(json.dumps({**state, "running": pid is not None, "rss_bytes": rss}, indent=2))
+    return 0 if pid is not None else 1
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    print(fetch_jars())
+    return 0
+
+
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mycroft.infra.kafka_broker",
+        description="Fetch, start, stop or inspect a local single-node Kafka broker.",
+    )
+    parser.add_argument("command", choices=["fetch", "start", "stop", "status"])
+    default_dir = env.get("MYCROFT_BROKER_DIR", ".cache/broker")
+    parser.add_argument(
+        "--dir", type=Path, default=Path(default_dir),
+        help="broker work folder (env MYCROFT_BROKER_DIR; default .cache/broker)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--heap-mb", type=int, default=int(env.get("MYCROFT_BROKER_HEAP_MB", "512")),
+        help="JVM max heap in MiB (env MYCROFT_BROKER_HEAP_MB; default 512)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds to wait (default 120)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fetch``, ``start``, ``stop`` or ``status``; return the exit code."""
+    args = _parser(os.environ).parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    commands = {
+        "fetch": _cmd_fetch,
+        "start": _cmd_start,
+        "stop": _cmd_stop,
+        "status": _cmd_status,
+    }
+    try:
+        return commands[args.command](args)
+    except MycroftError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

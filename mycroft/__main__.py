@@ -1,0 +1,7 @@
+"""``python -m mycroft``."""
+
+import sys
+
+from mycroft.cli import main
+
+sys.exit(main())

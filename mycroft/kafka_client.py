@@ -1,0 +1,254 @@
+"""confluent-kafka plumbing: topic creation, a record publisher, a decoding consumer.
+
+The publisher is what every producer (node agent, simulator, replay) uses; the
+consumer is what tests, the demo and sinks use to read Mycroft topics. An
+undecodable record never stops a consumer: it is counted and its original
+bytes go to the dead-letter topic with the reason in headers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mycroft.errors import BrokerError, DecodeError
+from mycroft.schemas.codec import Codec
+from mycroft.schemas.records import Record, Topology
+from mycroft.topics import TopicSet, partition_for
+
+log = logging.getLogger(__name__)
+
+DLQ_HEADERS = ("mycroft.dlq.reason", "mycroft.dlq.detail", "mycroft.dlq.source")
+
+
+def producer_config(
+    bootstrap: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """librdkafka settings for every Mycroft producer: idempotent, acks=all, lz4."""
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "compression.type": "lz4",
+        "linger.ms": 20,
+        "message.timeout.ms": 120_000,
+    }
+    return cfg | (extra or {})
+
+
+def create_topics(
+    bootstrap: str,
+    topics: TopicSet,
+    *,
+    replication: int = 1,
+    timeout_s: float = 30.0,
+    extra: dict[str, Any] | None = None,
+) -> list[str]:
+    """Create every Mycroft topic that does not exist yet; return those created.
+
+    Idempotent: existing topics are left as they are.
+
+    Raises:
+        BrokerError: the broker refused a topic for another reason.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap} | (extra or {}))
+    new = [
+        NewTopic(
+            topics.name(key),
+            num_partitions=topics.partitions(key),
+            replication_factor=replication,
+            config=spec.config(),
+        )
+        for key, spec in topics.specs.items()
+    ]
+    created = []
+    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"cannot create topic {name}: {err.str()}") from exc
+    return created
+
+
+def record_key(record: Record) -> tuple[str, str]:
+    """Return ``(job id, message key)`` of a record."""
+    job_id: str = record.header.job_id if hasattr(record, "header") else record.job_id
+    if isinstance(record, Topology):
+        return job_id, f"{job_id}/{record.host}"
+    return job_id, job_id
+
+
+@dataclass
+class DeliveryStats:
+    """What the broker acknowledged or refused, from delivery callbacks."""
+
+    delivered: int = 0
+    failed: int = 0
+    last_error: str = ""
+    failures: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+class RecordPublisher:
+    """Encode records and produce them keyed and partitioned by job id."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: TopicSet,
+        *,
+        codec: Codec | None = None,
+        extra: dict[str, Any] | None = None,
+        on_failure: Callable[[str, bytes, bytes], None] | None = None,
+    ) -> None:
+        self.topics = topics
+        self.codec = codec or Codec()
+        self.stats = DeliveryStats()
+        self._on_failure = on_failure
+        self._producer = Producer(producer_config(bootstrap, extra))
+
+    def publish(self, record: Record) -> None:
+        """Queue one record; delivery is confirmed by :meth:`flush` or :meth:`poll`."""
+        name = type(record).__name__
+        self.publish_bytes(
+            self.topics.for_record(name), *record_key(record), self.codec.encode(record)
+        )
+
+    def publish_bytes(self, topic: str, job_id: str, key: str, value: bytes) -> None:
+        """Queue already-encoded bytes (spool replay, file replay)."""
+        partition = partition_for(job_id, self.topics.partitions(self._key_of(topic)))
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                self.stats.delivered += 1
+                return
+            self.stats.failed += 1
+            self.stats.last_error = err.str()
+            log.warning("delivery to %s failed: %s", topic, err.str())
+            if self._on_failure is not None:
+                self._on_failure(topic, key.encode(), value)
+
+        while True:
+            try:
+                self._producer.produce(
+                    topic,
+                    value,
+                    key.encode(),
+                    partition=partition,
+                    on_delivery=delivered,
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.1)
+
+    def _key_of(self, topic: str) -> str:
+        for key in self.topics.specs:
+            if self.topics.name(key) == topic:
+                return key
+        raise KeyError(f"{topic} is not a Mycroft topic of this TopicSet")
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        """Serve delivery callbacks; return how many ran."""
+        return int(self._producer.poll(timeout_s))
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        """Wait for outstanding deliveries; return how many are still queued."""
+        return int(self._producer.flush(timeout_s))
+
+
+def deadletter_headers(
+    err: DecodeError, source: str
+) -> list[tuple[str, str | bytes | None]]:
+    """Headers of a dead-letter record: reason, detail, and where it came from."""
+    return list(
+        zip(
+            DLQ_HEADERS,
+            (err.reason.encode(), err.detail.encode(), source.encode()),
+            strict=True,
+        )
+    )
+
+
+@dataclass
+class ConsumerStats:
+    """Counts of a :class:`DecodingConsumer`."""
+
+    decoded: int = 0
+    dead_lettered: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class DecodingConsumer:
+    """Consume Mycroft topics and decode values; bad ones go to the dead letters."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        topic_names: Iterable[str],
+        deadletter_topic: str,
+        *,
+        codec: Codec | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.codec = codec or Codec()
+        self.stats = ConsumerStats()
+        self._dlq_topic = deadletter_topic
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group_id,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+            }
+            | (extra or {})
+        )
+        self._consumer.subscribe(list(topic_names))
+        self._dlq = Producer(producer_config(bootstrap, extra))
+
+    def poll(
+        self, timeout_s: float = 1.0, max_records: int = 500
+    ) -> list[tuple[Message, Record]]:
+        """Return the records that arrived within ``timeout_s``, decoded."""
+        out: list[tuple[Message, Record]] = []
+        for msg in self._consumer.consume(max_records, timeout_s):
+            error = msg.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("consumer error: %s", error.str())
+                continue
+            value = msg.value() or b""
+            try:
+                record = self.codec.decode(value)
+            except DecodeError as exc:
+                where = (msg.topic() or "?", msg.partition() or 0, msg.offset() or 0)
+                self._dead_letter(msg, exc.located(*where))
+                continue
+            self.stats.decoded += 1
+            out.append((msg, record))
+        return out
+
+    def _dead_letter(self, msg: Message, err: DecodeError) -> None:
+        log.warning("%s; sent to %s", err, self._dlq_topic)
+        self.stats.dead_lettered += 1
+        self.stats.by_reason[err.reason] = self.stats.by_reason.get(err.reason, 0) + 1
+        source = f"{err.topic}[{err.partition}]@{err.offset}"
+        self._dlq.produce(
+            self._dlq_topic,
+            msg.value(),
+            msg.key(),
+            headers=deadletter_headers(err, source),
+        )
+        self._dlq.poll(0)
+
+    def close(self) -> None:
+        """Flush dead letters and leave the group."""
+        self._dlq.flush(10)
+        self._consumer.close()

@@ -1,0 +1,1 @@
+"""Trace sources and publishers: node agent, ring buffer, simulator."""

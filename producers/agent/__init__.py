@@ -1,0 +1,1 @@
+"""The node agent: drains ring buffers, batches per tick, publishes durably."""

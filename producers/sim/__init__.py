@@ -1,0 +1,1 @@
+"""Chunk-level cluster simulator with labelled fault injection."""

@@ -1,0 +1,1 @@
+"""Avro schemas of every Mycroft topic, the record types and the wire codec."""

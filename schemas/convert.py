@@ -1,0 +1,290 @@
+"""Conversions between record dataclasses and the Avro datum dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mycroft.errors import DecodeError
+from mycroft.schemas.columns import COMPLETION_GROUPS, STATE_GROUPS, Group, empty
+from mycroft.schemas.records import (
+    Anomaly,
+    BatchHeader,
+    ChannelTopology,
+    CommMembership,
+    CompletionBatch,
+    Connection,
+    Culprit,
+    Evidence,
+    Heartbeat,
+    RankHealth,
+    RankTopology,
+    Record,
+    RootCause,
+    StateBatch,
+    Topology,
+)
+from mycroft.schemas.vocab import Component, FaultKind
+
+Datum = dict[str, Any]
+
+_HEADER_FIELDS = (
+    "job_id",
+    "host",
+    "agent_epoch",
+    "agent_seq",
+    "tick_ns",
+    "interval_ms",
+)
+_U64 = 1 << 64
+_I64_MAX = (1 << 63) - 1
+
+
+def _pack_groups(groups: dict[str, Group], arrays: dict[str, np.ndarray]) -> Datum:
+    out: Datum = {}
+    for g, columns in groups.items():
+        arr = arrays[g]
+        out[f"n_{g}"] = len(arr)
+        for c in columns:
+            out[f"{g}_{c.name}"] = np.ascontiguousarray(
+                arr[c.name], dtype=c.dtype
+            ).tobytes()
+    return out
+
+
+def _unpack_group(group_name: str, columns: Group, datum: Datum) -> np.ndarray:
+    n = datum[f"n_{group_name}"]
+    if n < 0:
+        raise DecodeError("invalid", f"n_{group_name} is negative ({n})")
+    arr = empty(columns, n)
+    for c in columns:
+        buf = datum[f"{group_name}_{c.name}"]
+        want = n * np.dtype(c.dtype).itemsize
+        if len(buf) != want:
+            raise DecodeError(
+                "invalid",
+                f"column {group_name}_{c.name} holds {len(buf)} bytes, "
+                f"expected {want} for {n} rows",
+            )
+        arr[c.name] = np.frombuffer(buf, dtype=c.dtype)
+    return arr
+
+
+def _header_datum(h: BatchHeader) -> Datum:
+    return {name: getattr(h, name) for name in _HEADER_FIELDS}
+
+
+def _header(datum: Datum) -> BatchHeader:
+    return BatchHeader(**{name: datum[name] for name in _HEADER_FIELDS})
+
+
+def signed64(comm: int) -> int:
+    """Map an unsigned 64-bit communicator hash to Avro's signed long."""
+    return comm - _U64 if comm > _I64_MAX else comm
+
+
+def unsigned64(comm: int) -> int:
+    """Inverse of :func:`signed64`."""
+    return comm + _U64 if comm < 0 else comm
+
+
+def to_datum(record: Record) -> tuple[str, Datum]:
+    """Return ``(record type name, Avro datum)`` for a record."""
+    match record:
+        case StateBatch():
+            arrays = {"rc": record.rc, "op": record.op, "flow": record.flow}
+            datum = _header_datum(record.header) | _pack_groups(STATE_GROUPS, arrays)
+            return "StateBatch", datum
+        case CompletionBatch():
+            arrays = {"op": record.op, "flow": record.flow}
+            datum = _header_datum(record.header) | _pack_groups(
+                COMPLETION_GROUPS, arrays
+            )
+            return "CompletionBatch", datum
+        case Heartbeat():
+            return "Heartbeat", _heartbeat_datum(record)
+        case Topology():
+            return "Topology", _topology_datum(record)
+        case Anomaly():
+            return "Anomaly", _anomaly_datum(record)
+        case RootCause():
+            return "RootCause", _rootcause_datum(record)
+    raise TypeError(f"not a Mycroft record: {type(record).__name__}")
+
+
+def from_datum(name: str, datum: Datum) -> Record:
+    """Build the record of type ``name`` from its Avro datum."""
+    match name:
+        case "StateBatch":
+            return StateBatch(
+                _header(datum),
+                **{g: _unpack_group(g, c, datum) for g, c in STATE_GROUPS.items()},
+            )
+        case "CompletionBatch":
+            return CompletionBatch(
+                _header(datum),
+                **{g: _unpack_group(g, c, datum) for g, c in COMPLETION_GROUPS.items()},
+            )
+        case "Heartbeat":
+            ranks = tuple(RankHealth(**r) for r in datum["ranks"])
+            return Heartbeat(**(datum | {"ranks": ranks}))
+        case "Topology":
+            return _topology(datum)
+        case "Anomaly":
+            return _anomaly(datum)
+        case "RootCause":
+            return _rootcause(datum)
+    raise DecodeError("invalid", f"unknown record type {name!r}")
+
+
+def _heartbeat_datum(hb: Heartbeat) -> Datum:
+    datum = {k: getattr(hb, k) for k in hb.__dataclass_fields__ if k != "ranks"}
+    datum["ranks"] = [vars(r) for r in hb.ranks]
+    return datum
+
+
+def _topology_datum(t: Topology) -> Datum:
+    def comm(c: CommMembership) -> Datum:
+        return {
+            "comm": signed64(c.comm),
+            "name": c.name,
+            "nranks": c.nranks,
+            "comm_rank": c.comm_rank,
+            "ranks": list(c.ranks),
+            "channels": [
+                vars(ch) | {"tree_children": list(ch.tree_children)}
+                for ch in c.channels
+            ],
+            "connections": [vars(x) for x in c.connections],
+        }
+
+    return {
+        "job_id": t.job_id,
+        "host": t.host,
+        "ip": t.ip,
+        "ts_ns": t.ts_ns,
+        "ranks": [
+            {
+                "rank": r.rank,
+                "local_rank": r.local_rank,
+                "gpu": r.gpu,
+                "nic": r.nic,
+                "comms": [comm(c) for c in r.comms],
+            }
+            for r in t.ranks
+        ],
+    }
+
+
+def _topology(d: Datum) -> Topology:
+    def comm(c: Datum) -> CommMembership:
+        return CommMembership(
+            comm=unsigned64(c["comm"]),
+            name=c["name"],
+            nranks=c["nranks"],
+            comm_rank=c["comm_rank"],
+            ranks=tuple(c["ranks"]),
+            channels=tuple(
+                ChannelTopology(**(ch | {"tree_children": tuple(ch["tree_children"])}))
+                for ch in c["channels"]
+            ),
+            connections=tuple(Connection(**x) for x in c["connections"]),
+        )
+
+    ranks = tuple(
+        RankTopology(
+            rank=r["rank"],
+            local_rank=r["local_rank"],
+            gpu=r["gpu"],
+            nic=r["nic"],
+            comms=tuple(comm(c) for c in r["comms"]),
+        )
+        for r in d["ranks"]
+    )
+    return Topology(d["job_id"], d["host"], d["ip"], d["ts_ns"], ranks)
+
+
+def _anomaly_datum(a: Anomaly) -> Datum:
+    return {
+        "anomaly_id": a.anomaly_id,
+        "job_id": a.job_id,
+        "kind": a.kind.value,
+        "comms": [signed64(c) for c in a.comms],
+        "ranks": list(a.ranks),
+        "onset_ns": a.onset_ns,
+        "detected_ns": a.detected_ns,
+        "emitted_wall_ns": a.emitted_wall_ns,
+        "detector": a.detector,
+        "summary": a.summary,
+        "score": a.score,
+    }
+
+
+def _anomaly(d: Datum) -> Anomaly:
+    return Anomaly(
+        anomaly_id=d["anomaly_id"],
+        job_id=d["job_id"],
+        kind=FaultKind(d["kind"]),
+        comms=tuple(unsigned64(c) for c in d["comms"]),
+        ranks=tuple(d["ranks"]),
+        onset_ns=d["onset_ns"],
+        detected_ns=d["detected_ns"],
+        detector=d["detector"],
+        summary=d["summary"],
+        score=d["score"],
+        emitted_wall_ns=d["emitted_wall_ns"],
+    )
+
+
+def _rootcause_datum(rc: RootCause) -> Datum:
+    return {
+        "incident_id": rc.incident_id,
+        "revision": rc.revision,
+        "job_id": rc.job_id,
+        "kind": rc.kind.value,
+        "culprits": [
+            vars(c) | {"component": c.component.value, "kind": c.kind.value}
+            for c in rc.culprits
+        ],
+        "evidence": [
+            vars(e) | {"comm": None if e.comm is None else signed64(e.comm)}
+            for e in rc.evidence
+        ],
+        "anomaly_ids": list(rc.anomaly_ids),
+        "onset_ns": rc.onset_ns,
+        "detected_ns": rc.detected_ns,
+        "resolved_ns": rc.resolved_ns,
+        "detection_latency_ms": (rc.detected_ns - rc.onset_ns) / 1e6,
+        "rca_latency_ms": (rc.resolved_ns - rc.detected_ns) / 1e6,
+        "emitted_wall_ns": rc.emitted_wall_ns,
+    }
+
+
+def _rootcause(d: Datum) -> RootCause:
+    culprits = tuple(
+        Culprit(
+            **(
+                c
+                | {"component": Component(c["component"]), "kind": FaultKind(c["kind"])}
+            )
+        )
+        for c in d["culprits"]
+    )
+    evidence = tuple(
+        Evidence(**(e | {"comm": None if e["comm"] is None else unsigned64(e["comm"])}))
+        for e in d["evidence"]
+    )
+    return RootCause(
+        incident_id=d["incident_id"],
+        revision=d["revision"],
+        job_id=d["job_id"],
+        kind=FaultKind(d["kind"]),
+        culprits=culprits,
+        evidence=evidence,
+        anomaly_ids=tuple(d["anomaly_ids"]),
+        onset_ns=d["onset_ns"],
+        detected_ns=d["detected_ns"],
+        resolved_ns=d["resolved_ns"],
+        emitted_wall_ns=d["emitted_wall_ns"],
+    )

@@ -1,0 +1,215 @@
+"""In-memory record types: what the codec decodes to and encodes from.
+
+Batched records (``StateBatch``, ``CompletionBatch``) hold structured numpy
+arrays whose layouts are in ``columns.py``; the others are small dataclasses.
+All timestamps are integers in nanoseconds since the Unix epoch on the
+reporting host's clock, unless a name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mycroft.schemas.columns import (
+    DONE_FLOW_COLUMNS,
+    DONE_OP_COLUMNS,
+    FLOW_COLUMNS,
+    OP_COLUMNS,
+    RC_COLUMNS,
+    empty,
+)
+from mycroft.schemas.vocab import Component, FaultKind
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """Identifies one batch from one node agent.
+
+    ``(job_id, host, agent_epoch, agent_seq)`` is the dedup key downstream: a
+    batch replayed after a broker outage carries the same key.
+    """
+
+    job_id: str
+    host: str
+    agent_epoch: int
+    agent_seq: int
+    tick_ns: int
+    interval_ms: int
+
+
+@dataclass
+class StateBatch:
+    """All in-flight state of one host at one sampling tick."""
+
+    header: BatchHeader
+    rc: np.ndarray = field(default_factory=lambda: empty(RC_COLUMNS))
+    op: np.ndarray = field(default_factory=lambda: empty(OP_COLUMNS))
+    flow: np.ndarray = field(default_factory=lambda: empty(FLOW_COLUMNS))
+
+
+@dataclass
+class CompletionBatch:
+    """All ops one host completed during one tick."""
+
+    header: BatchHeader
+    op: np.ndarray = field(default_factory=lambda: empty(DONE_OP_COLUMNS))
+    flow: np.ndarray = field(default_factory=lambda: empty(DONE_FLOW_COLUMNS))
+
+
+@dataclass(frozen=True)
+class RankHealth:
+    """Per training process health as seen by the node agent."""
+
+    rank: int
+    pid: int
+    last_write_ns: int
+    ring_overwrites: int
+    ring_corrupt: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Node agent liveness and every loss it knows of (all counters cumulative)."""
+
+    job_id: str
+    host: str
+    agent_epoch: int
+    ts_ns: int
+    interval_ms: int
+    sampling_lag_ms: float
+    records_read: int
+    batches_sent: int
+    batches_spooled: int
+    spool_pending: int
+    spool_dropped: int
+    delivery_failures: int
+    ranks: tuple[RankHealth, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChannelTopology:
+    """Ring and tree neighbours of one rank on one channel (global ranks; -1: none)."""
+
+    channel: int
+    ring_prev: int
+    ring_next: int
+    tree_parent: int
+    tree_children: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One connection of a rank: a (peer, channel, direction) over a transport."""
+
+    peer: int
+    channel: int
+    direction: str
+    transport: str
+
+
+@dataclass(frozen=True)
+class CommMembership:
+    """A rank's place in one communicator."""
+
+    comm: int
+    name: str
+    nranks: int
+    comm_rank: int
+    ranks: tuple[int, ...]
+    channels: tuple[ChannelTopology, ...] = ()
+    connections: tuple[Connection, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankTopology:
+    """Where one rank runs and which communicators it belongs to."""
+
+    rank: int
+    local_rank: int
+    gpu: str
+    nic: str
+    comms: tuple[CommMembership, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Topology of all ranks of one host (compacted topic, key ``job/host``)."""
+
+    job_id: str
+    host: str
+    ip: str
+    ts_ns: int
+    ranks: tuple[RankTopology, ...] = ()
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """A detected symptom: something is wrong with these communicators."""
+
+    anomaly_id: str
+    job_id: str
+    kind: FaultKind
+    comms: tuple[int, ...]
+    ranks: tuple[int, ...]
+    onset_ns: int
+    detected_ns: int
+    detector: str
+    summary: str
+    score: float = 1.0
+    emitted_wall_ns: int = 0
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One suspect, best first in a root cause. ``peer``/``channel`` name the flow."""
+
+    rank: int
+    host: str
+    component: Component
+    kind: FaultKind
+    confidence: float
+    peer: int | None = None
+    channel: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One step of the evidence chain, upstream last."""
+
+    fact: str
+    rank: int | None = None
+    comm: int | None = None
+    op_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The resolution of one incident. Revisions of an incident replace each other."""
+
+    incident_id: str
+    revision: int
+    job_id: str
+    kind: FaultKind
+    culprits: tuple[Culprit, ...]
+    evidence: tuple[Evidence, ...]
+    anomaly_ids: tuple[str, ...]
+    onset_ns: int
+    detected_ns: int
+    resolved_ns: int
+    emitted_wall_ns: int = 0
+
+    @property
+    def detection_latency_s(self) -> float:
+        """Onset to detection, seconds (trace clock)."""
+        return (self.detected_ns - self.onset_ns) / 1e9
+
+    @property
+    def rca_latency_s(self) -> float:
+        """Detection to root cause, seconds (trace clock)."""
+        return (self.resolved_ns - self.detected_ns) / 1e9
+
+
+Record = StateBatch | CompletionBatch | Heartbeat | Topology | Anomaly | RootCause

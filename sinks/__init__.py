@@ -1,0 +1,1 @@
+"""Where findings go: Prometheus, OpenSearch/Elasticsearch, memory."""

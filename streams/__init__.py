@@ -1,0 +1,1 @@
+"""Detection and root-cause analysis: the pure core and its Faust wiring."""

@@ -1,0 +1,1 @@
+"""The pure detection and root-cause core: no Kafka, Faust or sink imports."""
