@@ -22,7 +22,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import BinaryIO, Protocol, cast
 
 from mycroft.errors import ConfigError
 from mycroft.kafka_client import record_key
@@ -63,9 +63,9 @@ class Frame:
     value: bytes
 
 
-def _open(path: Path, mode: str) -> IO[bytes]:
+def _open(path: Path, mode: str) -> BinaryIO:
     if path.suffix == ".gz":
-        return gzip.open(path, mode + "b", compresslevel=1)
+        return cast(BinaryIO, gzip.GzipFile(path, mode + "b", compresslevel=1))
     return open(path, mode + "b")  # noqa: SIM115 - closed by the owner
 
 
