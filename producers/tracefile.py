@@ -66,7 +66,7 @@ class Frame:
 def _open(path: Path, mode: str) -> BinaryIO:
     if path.suffix == ".gz":
         return cast(BinaryIO, gzip.GzipFile(path, mode + "b", compresslevel=1))
-    return open(path, mode + "b")  # noqa: SIM115 - closed by the owner
+    return cast(BinaryIO, open(path, mode + "b"))  # noqa: SIM115 - the owner closes it
 
 
 class TraceFileWriter:
