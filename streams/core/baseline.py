@@ -1,0 +1,116 @@
+"""Adaptive, robust baselines: median and MAD over a ring buffer of samples."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from mycroft.streams.core.config import DetectorConfig
+
+_MAD_TO_SIGMA = 1.4826
+
+
+class Verdict(StrEnum):
+    """How a sample compares with its baseline."""
+
+    WARMUP = "warmup"
+    NORMAL = "normal"
+    HIGH = "high"
+    SEVERE = "severe"
+
+
+@dataclass
+class RobustBaseline:
+    """Median/MAD baseline of one quantity with outlier rejection.
+
+    Samples judged HIGH or SEVERE are not added, so a slowdown never becomes
+    the new normal while it lasts; ``recent`` remembers the last verdicts for
+    the persistence rule.
+    """
+
+    window: int
+    values: deque[float] = field(default_factory=deque)
+    recent: deque[bool] = field(default_factory=deque)
+    _stats: tuple[float, float] | None = None
+
+    def stats(self) -> tuple[float, float]:
+        """Return ``(median, sigma)`` of the kept samples (sigma = 1.4826 MAD)."""
+        if self._stats is None:
+            arr = np.fromiter(self.values, dtype=np.float64, count=len(self.values))
+            med = float(np.median(arr)) if len(arr) else 0.0
+            mad = float(np.median(np.abs(arr - med))) if len(arr) else 0.0
+            self._stats = (med, _MAD_TO_SIGMA * mad)
+        return self._stats
+
+    def threshold(self, cfg: DetectorConfig, floor: float) -> float:
+        """Return the value above which a sample is HIGH (same unit as samples)."""
+        med, sigma = self.stats()
+        return float(
+            max(med * cfg.slow_ratio_min, med + cfg.slow_mad_k * sigma, med + floor)
+        )
+
+    def judge(self, value: float, cfg: DetectorConfig, floor: float) -> Verdict:
+        """Classify ``value`` without adding it.
+
+        Args:
+            value: The new sample.
+            cfg: Thresholds (ratio, MAD multiplier, severe rule).
+            floor: Absolute margin above the median, same unit as ``value``.
+        """
+        if len(self.values) < cfg.warmup_samples:
+            return Verdict.WARMUP
+        med, _ = self.stats()
+        if value > self.threshold(cfg, floor):
+            severe = value > max(med * cfg.severe_ratio, med + cfg.severe_extra_s * 1e9)
+            return Verdict.SEVERE if severe else Verdict.HIGH
+        return Verdict.NORMAL
+
+    def observe(self, value: float, cfg: DetectorConfig, floor: float) -> Verdict:
+        """Judge ``value``, remember the verdict and learn it if it is normal."""
+        verdict = self.judge(value, cfg, floor)
+        out = verdict in (Verdict.HIGH, Verdict.SEVERE)
+        self.recent.append(out)
+        while len(self.recent) > cfg.slow_of:
+            self.recent.popleft()
+        if not out:
+            self.values.append(value)
+            while len(self.values) > self.window:
+                self.values.popleft()
+            self._stats = None
+        return verdict
+
+    def persistent(self, cfg: DetectorConfig) -> bool:
+        """Return whether enough of the recent samples were out of band."""
+        return bool(sum(self.recent) >= cfg.slow_persist)
+
+    @property
+    def warm(self) -> bool:
+        """Whether the baseline has seen enough normal samples to judge."""
+        return len(self.values) >= 3
+
+
+class BaselineBook:
+    """Baselines keyed by any hashable (comm, op kind, size bucket, metric...)."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._book: dict[tuple[object, ...], RobustBaseline] = {}
+
+    def get(self, key: tuple[object, ...]) -> RobustBaseline:
+        """Return the baseline of ``key``, creating an empty one."""
+        base = self._book.get(key)
+        if base is None:
+            base = self._book[key] = RobustBaseline(self.window)
+        return base
+
+    def find(self, key: tuple[object, ...]) -> RobustBaseline | None:
+        """Return the baseline of ``key`` if it exists."""
+        return self._book.get(key)
+
+
+def size_bucket(nbytes: int) -> int:
+    """Return the power-of-two size bucket of a message (0 for <= 1 byte)."""
+    return int(nbytes).bit_length()

@@ -1,0 +1,64 @@
+"""Detector thresholds and windows: one frozen dataclass handed in by the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Every tunable of the core, in SI-suffixed units.
+
+    Thresholds are *floors and multipliers* around adaptive baselines, never
+    the whole rule: a detector fires when a value leaves the robust band of its
+    own baseline *and* clears the floor.
+
+    Attributes:
+        hang_min_s: Shortest no-progress time that may count as a hang; sits
+            above one proxy hiccup (~1 s) so a stall that resumes is a slowdown.
+        hang_max_s: Longest adaptive hang threshold, whatever the baseline says.
+        hang_span_mult: Hang threshold as a multiple of the comm's baseline op
+            span (slowest healthy op, PP bubbles and late arrivals included).
+        silence_min_s: Shortest gap after which a host or rank that stopped
+            reporting counts as lost.
+        silence_tick_mult: Silence threshold in host reporting intervals.
+        baseline_window: Samples kept per baseline (ring buffer).
+        warmup_samples: Samples a baseline needs before it may judge.
+        slow_ratio_min: A value must exceed ``median * slow_ratio_min``.
+        slow_mad_k: ...and ``median + slow_mad_k * sigma`` (sigma = 1.4826 MAD).
+        slow_abs_floor_s: ...and ``median + slow_abs_floor_s``.
+        slow_persist: Out-of-band samples needed among the last ``slow_of``.
+        slow_of: Length of the persistence window, samples.
+        severe_extra_s: One sample this far above the median fires at once...
+        severe_ratio: ...when it is also this many times the median.
+        late_floor_s: Smallest late arrival (issue skew) worth reporting.
+        history_s: Seconds of flow snapshots kept per host for RCA.
+        incident_quiet_s: An incident closes after this long without anomalies
+            and with every comm progressing again.
+        completion_timeout_s: A collective whose completions stay partial this
+            long is dropped from the completion tracker.
+    """
+
+    hang_min_s: float = 1.5
+    hang_max_s: float = 10.0
+    hang_span_mult: float = 4.0
+    silence_min_s: float = 1.0
+    silence_tick_mult: float = 6.0
+    baseline_window: int = 64
+    warmup_samples: int = 8
+    slow_ratio_min: float = 1.4
+    slow_mad_k: float = 6.0
+    slow_abs_floor_s: float = 0.002
+    slow_persist: int = 3
+    slow_of: int = 5
+    severe_extra_s: float = 0.5
+    severe_ratio: float = 4.0
+    late_floor_s: float = 0.005
+    history_s: float = 12.0
+    incident_quiet_s: float = 5.0
+    completion_timeout_s: float = 30.0
+
+    @property
+    def history_ns(self) -> int:
+        """``history_s`` in nanoseconds."""
+        return int(self.history_s * 1e9)

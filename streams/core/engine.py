@@ -1,0 +1,248 @@
+"""The per-job analyzer: dedup, ingest, timer-driven detection, incidents.
+
+A Faust agent (or the offline CLI) owns one ``Analyzer`` per job and calls
+``ingest(record, now_ns)`` per decoded record and ``evaluate(now_ns)`` on a
+timer; both are pure with respect to time: ``now_ns`` is always handed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from mycroft.schemas.records import (
+    Anomaly,
+    CompletionBatch,
+    Culprit,
+    Evidence,
+    Heartbeat,
+    Record,
+    RootCause,
+    StateBatch,
+    Topology,
+)
+from mycroft.schemas.vocab import FaultKind
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.completions import CollectiveStat, CompletionTracker
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import (
+    DetectContext,
+    detect_hangs,
+    detect_mismatch,
+    detect_silence,
+    observe_collective,
+)
+from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_hang import explain_hang
+from mycroft.streams.core.rca_mismatch import explain_mismatch
+from mycroft.streams.core.rca_slow import explain_slowdown
+from mycroft.streams.core.topology import JobTopology
+
+Finding: TypeAlias = Anomaly | RootCause
+_PRIORITY = {FaultKind.MISMATCH: 0, FaultKind.HANG: 1, FaultKind.SLOWDOWN: 2}
+_REEVAL_NS = 1_000_000_000
+
+
+@dataclass
+class Incident:
+    """One ongoing problem: its anomalies and the last root cause emitted."""
+
+    incident_id: str
+    kind: FaultKind
+    onset_ns: int
+    detected_ns: int
+    anomalies: dict[str, Anomaly] = field(default_factory=dict)
+    last_active_ns: int = 0
+    last_rca_ns: int = 0
+    revision: int = -1
+    signature: tuple[object, ...] = ()
+    top_conf: float = 0.0
+
+
+class Dedup:
+    """Remembers batch keys ``(type, host, epoch, seq)`` within a sliding window."""
+
+    def __init__(self, window: int = 4096) -> None:
+        self.window = window
+        self._seen: dict[tuple[str, str, int], set[int]] = {}
+        self._max: dict[tuple[str, str, int], int] = {}
+
+    def first_time(self, kind: str, host: str, epoch: int, seq: int) -> bool:
+        """Return True the first time a key is seen (old keys count as seen)."""
+        key = (kind, host, epoch)
+        seen = self._seen.setdefault(key, set())
+        top = self._max.get(key, -1)
+        if seq in seen or seq <= top - self.window:
+            return False
+        seen.add(seq)
+        if seq > top:
+            self._max[key] = seq
+            if len(seen) > 2 * self.window:
+                self._seen[key] = {s for s in seen if s > seq - self.window}
+        return True
+
+
+class Analyzer:
+    """Detection and root cause for one job.
+
+    Args:
+        job_id: The job whose records this analyzer receives.
+        config: Thresholds; defaults to ``DetectorConfig()``.
+
+    ``ingest`` never emits; ``evaluate`` returns new anomalies (each anomaly id
+    once) and root causes (one incident id per incident, ``revision`` + 1 when
+    its culprits change), anomalies first.
+    """
+
+    def __init__(self, job_id: str, config: DetectorConfig | None = None) -> None:
+        self.cfg = config or DetectorConfig()
+        self.ctx = DetectContext(
+            job_id,
+            ProgressStore(self.cfg.history_ns),
+            JobTopology(),
+            BaselineBook(self.cfg.baseline_window),
+            self.cfg,
+        )
+        self.tracker = CompletionTracker()
+        self.dedup = Dedup()
+        self.stats: deque[CollectiveStat] = deque(maxlen=2048)
+        self.incident: Incident | None = None
+        self.closed: list[Incident] = []
+        self._pending: list[Anomaly] = []
+        self._emitted: set[str] = set()
+        self.duplicates = 0
+
+    def ingest(self, record: Record, now_ns: int) -> None:
+        """Fold one decoded record in; duplicates are counted and ignored."""
+        if isinstance(record, StateBatch | CompletionBatch):
+            h = record.header
+            if not self.dedup.first_time(
+                type(record).__name__, h.host, h.agent_epoch, h.agent_seq
+            ):
+                self.duplicates += 1
+                return
+        if isinstance(record, StateBatch):
+            self.ctx.store.ingest_state(record, now_ns)
+        elif isinstance(record, CompletionBatch):
+            self._ingest_completion(record, now_ns)
+        elif isinstance(record, Heartbeat):
+            self.ctx.store.touch(record.host, record.ts_ns, now_ns)
+        elif isinstance(record, Topology):
+            self.ctx.topo.add(record)
+
+    def _ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
+        self.ctx.store.ingest_completion(batch, now_ns)
+        sizes = {c: len(i.ranks) for c, i in self.ctx.topo.comms.items()}
+        for stat in self.tracker.ingest(batch, sizes, now_ns):
+            self.stats.append(stat)
+            self._pending.extend(observe_collective(self.ctx, stat, now_ns))
+
+    def evaluate(self, now_ns: int) -> list[Finding]:
+        """Run the timer-driven detectors; return new anomalies and root causes."""
+        found = (
+            self._pending
+            + detect_silence(self.ctx, now_ns)
+            + detect_hangs(self.ctx, now_ns)
+            + detect_mismatch(self.ctx, now_ns, self.tracker.signatures)
+        )
+        self._pending = []
+        self.tracker.expire(now_ns, int(self.cfg.completion_timeout_s * 1e9))
+        out: list[Finding] = []
+        inc = self.incident
+        if inc is not None and found:
+            inc.last_active_ns = now_ns
+        if (
+            inc is not None
+            and not found
+            and now_ns - inc.last_active_ns > self.cfg.incident_quiet_s * 1e9
+        ):
+            self.closed.append(inc)
+            self.incident = inc = None
+        for a in found:
+            if a.anomaly_id in self._emitted or not self._novel(a):
+                continue
+            self._emitted.add(a.anomaly_id)
+            out.append(a)
+            if self.incident is None:
+                self.incident = Incident(
+                    _incident_id(a), a.kind, a.onset_ns, now_ns, last_active_ns=now_ns
+                )
+            self.incident.anomalies[a.anomaly_id] = a
+        rc = self._resolve(now_ns)
+        return out + ([rc] if rc is not None else [])
+
+    def _novel(self, a: Anomaly) -> bool:
+        inc = self.incident
+        if inc is None:
+            return True
+        return not any(
+            o.detector == a.detector and o.comms == a.comms and o.ranks == a.ranks
+            for o in inc.anomalies.values()
+        )
+
+    def _resolve(self, now_ns: int) -> RootCause | None:
+        inc = self.incident
+        if inc is None or not inc.anomalies:
+            return None
+        fresh = inc.revision < 0 or now_ns - inc.last_rca_ns >= _REEVAL_NS
+        if not fresh:
+            return None
+        inc.last_rca_ns = now_ns
+        kind = min((a.kind for a in inc.anomalies.values()), key=_PRIORITY.__getitem__)
+        culprits, evidence = self._explain(inc, kind, now_ns)
+        if not culprits:
+            return None
+        sig = (
+            kind,
+            tuple((c.rank, c.component, c.peer, c.channel) for c in culprits[:3]),
+        )
+        escalated = bool(inc.signature) and inc.signature[0] != kind
+        if sig == inc.signature or (
+            inc.revision >= 0
+            and not escalated
+            and culprits[0].confidence <= inc.top_conf
+        ):
+            return None
+        inc.top_conf = culprits[0].confidence
+        inc.signature, inc.kind, inc.revision = sig, kind, inc.revision + 1
+        return RootCause(
+            incident_id=inc.incident_id,
+            revision=inc.revision,
+            job_id=self.ctx.job_id,
+            kind=kind,
+            culprits=tuple(culprits),
+            evidence=tuple(evidence[:24]),
+            anomaly_ids=tuple(sorted(inc.anomalies)),
+            onset_ns=min(a.onset_ns for a in inc.anomalies.values()),
+            detected_ns=inc.detected_ns,
+            resolved_ns=now_ns,
+        )
+
+    def _explain(
+        self, inc: Incident, kind: FaultKind, now_ns: int
+    ) -> tuple[list[Culprit], list[Evidence]]:
+        anomalies = list(inc.anomalies.values())
+        if kind is FaultKind.MISMATCH:
+            found: tuple[list[Culprit], list[Evidence]] = explain_mismatch(
+                self.ctx, [a for a in anomalies if a.kind is FaultKind.MISMATCH]
+            )
+            return found
+        if kind is FaultKind.HANG:
+            ranks = {r for a in anomalies for r in a.ranks}
+            hung: tuple[list[Culprit], list[Evidence]] = explain_hang(
+                self.ctx, ranks, now_ns
+            )
+            return hung
+        since = min(a.onset_ns for a in anomalies)
+        recent = [s for s in self.stats if int(s.end_ns.max()) >= since]
+        culprits, ev = explain_slowdown(self.ctx, recent, since)
+        return [c for c in culprits if c.confidence >= 0.2][:8], ev
+
+
+def _incident_id(a: Anomaly) -> str:
+    comm = f"{a.comms[0]:x}" if a.comms else "job"
+    return f"{a.job_id}:{a.kind.value}:{comm}:{a.onset_ns}"
+
+
+__all__ = ["Analyzer", "DetectorConfig", "Finding", "Incident"]

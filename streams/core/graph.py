@@ -1,0 +1,136 @@
+"""Wait-for graph: who each blocked rank is waiting on, and why.
+
+Nodes are global ranks. An edge ``u -> v`` says "u cannot progress until v
+does", with ``kind`` = ``control`` (v never issued the op u is in; per-rank op
+order across communicators carries this across groups) or ``data`` (u's data
+comes from v: ring prev, tree parent/child, PP send/recv, a recv flow, or a
+send flow v never acknowledged). Lost ranks have no out-edges: their last
+state is stale, and they are where waiting ends.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from mycroft.schemas.vocab import RECV, SEND
+from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.topology import JobTopology
+
+
+def _members(store: ProgressStore, topo: JobTopology, comm: int) -> list[int]:
+    ranks = topo.members(comm)
+    if ranks:
+        return list(ranks)
+    s = store.slots
+    return sorted(set(s["rank"][s["comm"] == comm].tolist()))
+
+
+def build_wait_graph(
+    store: ProgressStore, topo: JobTopology, lost: set[int]
+) -> nx.DiGraph:
+    """Build the wait-for graph of the latest state.
+
+    Args:
+        store: Progress state (slots, latest in-flight ops and flows).
+        topo: Job topology, for members and ring/tree neighbours.
+        lost: Ranks known to be gone; they get no out-edges.
+
+    Returns:
+        A ``networkx.DiGraph`` over ranks; edge attributes ``kind``, ``comm``,
+        ``seq``, ``channel`` and ``why``.
+    """
+    g: nx.DiGraph = nx.DiGraph()
+    s = store.slots
+    issued = {
+        (int(c), int(r)): int(i)
+        for c, r, i in zip(
+            s["comm"].tolist(), s["rank"].tolist(), s["issued"].tolist(), strict=True
+        )
+    }
+    flows = store.latest_flows()
+    busy = s[s["issued"] > s["done"]]
+    g.add_nodes_from(int(r) for r in s["rank"].tolist())
+    for row in busy:
+        rank, comm, seq = int(row["rank"]), int(row["comm"]), int(row["done"]) + 1
+        if rank in lost:
+            continue
+        late = [
+            m
+            for m in _members(store, topo, comm)
+            if m != rank and issued.get((comm, m), -1) < seq
+        ]
+        for m in late:
+            g.add_edge(
+                rank,
+                m,
+                kind="control",
+                comm=comm,
+                seq=seq,
+                channel=None,
+                why=f"rank {m} never issued seq {seq}",
+            )
+        if not late:
+            _data_edges(g, flows, topo, rank, comm, seq)
+    return g
+
+
+def _data_edges(  # noqa: PLR0917 - private helper of one module
+    g: nx.DiGraph, flows: np.ndarray, topo: JobTopology, rank: int, comm: int, seq: int
+) -> None:
+    mine = flows[
+        (flows["rank"] == rank) & (flows["comm"] == comm) & (flows["seq"] == seq)
+    ]
+    open_recv = mine[(mine["dir"] == RECV) & (mine["done"] < mine["total"])]
+    for f in open_recv:
+        g.add_edge(
+            rank,
+            int(f["peer"]),
+            kind="data",
+            comm=comm,
+            seq=seq,
+            channel=int(f["channel"]),
+            why="waits for data from peer",
+        )
+    unacked = mine[(mine["dir"] == SEND) & (mine["transmitted"] > mine["done"])]
+    for f in unacked:
+        g.add_edge(
+            rank,
+            int(f["peer"]),
+            kind="data",
+            comm=comm,
+            seq=seq,
+            channel=int(f["channel"]),
+            why="sent data the peer never acknowledged",
+        )
+    if len(mine) == 0:  # no flow rows: fall back on the topology's upstream peers
+        info = topo.comms.get(comm)
+        for peer, ch in sorted(info.upstream(rank)) if info else []:
+            g.add_edge(
+                rank,
+                peer,
+                kind="data",
+                comm=comm,
+                seq=seq,
+                channel=ch,
+                why="topological upstream (no flow rows)",
+            )
+
+
+def terminal_groups(g: nx.DiGraph, start: set[int]) -> list[set[int]]:
+    """Return the sink strongly-connected groups reachable from ``start``.
+
+    Each group is an "earliest blocked point": nobody in it waits on anyone
+    outside it. A single lost or idle rank is a group of one; a ring whose
+    every member waits on its predecessor is one group.
+    """
+    reach: set[int] = set()
+    for node in start:
+        if node in g:
+            reach |= nx.descendants(g, node) | {node}
+    if not reach:
+        return []
+    sub = g.subgraph(reach)
+    cond = nx.condensation(sub)
+    sinks = [n for n in cond.nodes if cond.out_degree(n) == 0]
+    return [set(cond.nodes[n]["members"]) for n in sinks]

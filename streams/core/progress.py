@@ -1,0 +1,249 @@
+"""Per (job, communicator, rank) progress state, fed batch by batch with numpy.
+
+Nothing here loops over rows in Python: a StateBatch costs a handful of
+vectorised operations whatever its size. Timestamps stay on the reporting
+host's clock; comparisons across hosts tolerate a few ms of offset.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mycroft.schemas.records import CompletionBatch, StateBatch
+
+FLAT_FLOW = np.dtype(
+    [
+        ("tick_ns", "<i8"),
+        ("rank", "<i4"),
+        ("comm", "<u8"),
+        ("seq", "<i8"),
+        ("channel", "<i2"),
+        ("peer", "<i4"),
+        ("dir", "<u1"),
+        ("total", "<i4"),
+        ("gpu_ready", "<i4"),
+        ("transmitted", "<i4"),
+        ("done", "<i4"),
+        ("last_ns", "<i8"),
+    ]
+)
+"""One flow of one in-flight op at one tick, its op identity repeated."""
+
+_SLOT_FIELDS = (
+    ("rank", "<i4"),
+    ("comm", "<u8"),
+    ("host", "<i4"),
+    ("issued", "<i8"),
+    ("done", "<i8"),
+    ("seen_ns", "<i8"),
+    ("tick_ns", "<i8"),
+    ("issued_change_ns", "<i8"),
+    ("done_change_ns", "<i8"),
+)
+SLOT = np.dtype(list(_SLOT_FIELDS))
+"""Latest rank-state of one (rank, comm): the ``rc`` row plus change times."""
+
+
+_OP_PLUS = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("comm", "<u8"),
+        ("seq", "<i8"),
+        ("kind", "<u1"),
+        ("bytes", "<i8"),
+        ("issue_ns", "<i8"),
+        ("start_ns", "<i8"),
+        ("prog_ns", "<i8"),
+        ("tick_ns", "<i8"),
+        ("host", "<i4"),
+    ]
+)
+"""An in-flight op row plus ``prog_ns``: its last progress of any kind."""
+
+
+@dataclass
+class HostState:
+    """What one host last said, and when it said it."""
+
+    index: int
+    name: str
+    last_tick_ns: int = 0
+    last_now_ns: int = 0
+    gap_ns: float = 0.0
+    batches: int = 0
+    ops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_OP_PLUS))
+    flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=FLAT_FLOW))
+    history: deque[np.ndarray] = field(default_factory=deque)
+
+
+def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Expand a batch's op identity onto its flows.
+
+    Args:
+        batch: One host's state at one tick.
+
+    Returns:
+        ``(ops, flows)``: op rows with ``prog_ns`` (max of issue, start and
+        flow ``last_ns``, ns) and the flat flow table (``FLAT_FLOW``).
+    """
+    op, fl = batch.op, batch.flow
+    nflows = np.maximum(op["nflows"].astype(np.int64), 0)
+    if int(nflows.sum()) != len(fl):  # malformed batch: keep ops, drop flows
+        nflows = np.zeros(len(op), dtype=np.int64)
+        fl = fl[:0]
+    flat = np.zeros(len(fl), dtype=FLAT_FLOW)
+    flat["tick_ns"] = batch.header.tick_ns
+    for name in ("rank", "comm", "seq"):
+        flat[name] = np.repeat(op[name], nflows)
+    for name in ("channel", "peer", "dir", "total", "gpu_ready", "transmitted"):
+        flat[name] = fl[name]
+    flat["done"] = fl["done"]
+    flat["last_ns"] = fl["last_ns"]
+    ops = np.zeros(len(op), dtype=_OP_PLUS)
+    for name in ("rank", "comm", "seq", "kind", "bytes", "issue_ns", "start_ns"):
+        ops[name] = op[name]
+    prog = np.maximum(op["issue_ns"], op["start_ns"])
+    has = nflows > 0
+    if has.any():
+        starts = np.concatenate(([0], np.cumsum(nflows)[:-1]))[has]
+        prog[has] = np.maximum(prog[has], np.maximum.reduceat(fl["last_ns"], starts))
+    ops["prog_ns"] = prog
+    ops["tick_ns"] = batch.header.tick_ns
+    return ops, flat
+
+
+class ProgressStore:
+    """Latest rank-state per (rank, comm), in-flight ops and flow history per host.
+
+    Invariants: ``issued``/``done`` never move backwards (a stale, reordered
+    row is ignored); ``*_change_ns`` is the host tick at which the value last
+    changed; ``history`` holds at most ``history_ns`` of flow snapshots.
+    """
+
+    def __init__(self, history_ns: int) -> None:
+        self.history_ns = history_ns
+        self.hosts: dict[str, HostState] = {}
+        self.slots = np.zeros(0, dtype=SLOT)
+        self._keys = np.zeros(0, dtype=np.uint64)  # sorted
+        self._key_slot = np.zeros(0, dtype=np.int64)
+        self._comm_code: dict[int, int] = {}
+
+    def host(self, name: str) -> HostState:
+        """Return the state of host ``name``, creating it."""
+        hs = self.hosts.get(name)
+        if hs is None:
+            hs = self.hosts[name] = HostState(len(self.hosts), name)
+        return hs
+
+    def _slot_index(self, rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
+        codes = self._codes(comm)
+        keys = (codes << np.uint64(32)) | rank.astype(np.uint64)
+        if not len(self._keys):
+            self._add_slots(keys, rank, comm)
+        pos = np.searchsorted(self._keys, keys)
+        pos_c = np.minimum(pos, len(self._keys) - 1)
+        found = self._keys[pos_c] == keys
+        if not found.all():
+            self._add_slots(keys[~found], rank[~found], comm[~found])
+            return self._slot_index(rank, comm)
+        return self._key_slot[pos_c]
+
+    def _codes(self, comm: np.ndarray) -> np.ndarray:
+        uniq, inv = np.unique(comm, return_inverse=True)
+        codes = np.array(
+            [self._comm_code.setdefault(int(c), len(self._comm_code)) for c in uniq],
+            dtype=np.uint64,
+        )
+        return codes[inv]
+
+    def _add_slots(self, keys: np.ndarray, rank: np.ndarray, comm: np.ndarray) -> None:
+        keys, first = np.unique(keys, return_index=True)
+        new = np.zeros(len(keys), dtype=SLOT)
+        new["rank"], new["comm"] = rank[first], comm[first]
+        new["issued"] = new["done"] = -1
+        base = len(self.slots)
+        self.slots = np.concatenate([self.slots, new])
+        all_keys = np.concatenate([self._keys, keys])
+        all_slots = np.concatenate([self._key_slot, np.arange(base, base + len(keys))])
+        order = np.argsort(all_keys, kind="stable")
+        self._keys, self._key_slot = all_keys[order], all_slots[order]
+
+    def ingest_state(self, batch: StateBatch, now_ns: int) -> None:
+        """Fold one host's state batch in (vectorised over its rows)."""
+        hs = self.host(batch.header.host)
+        tick = batch.header.tick_ns
+        self._touch_host(hs, tick, now_ns)
+        rc = batch.rc
+        if len(rc):
+            idx = self._slot_index(rc["rank"], rc["comm"])
+            self._fold_rc(idx, rc, tick, hs.index)
+        ops, flat = flatten_flows(batch)
+        ops["host"] = hs.index
+        if tick >= hs.last_tick_ns or not hs.batches:
+            hs.ops, hs.flows = ops, flat
+        if len(flat):
+            hs.history.append(flat)
+        while hs.history and tick - int(hs.history[0]["tick_ns"][0]) > self.history_ns:
+            hs.history.popleft()
+
+    def _fold_rc(self, idx: np.ndarray, rc: np.ndarray, tick: int, host: int) -> None:
+        s = self.slots
+        fresh = tick >= s["tick_ns"][idx]
+        idx, rc = idx[fresh], rc[fresh]
+        iss_up = rc["issued_seq"] > s["issued"][idx]
+        done_up = rc["done_seq"] > s["done"][idx]
+        s["issued_change_ns"][idx[iss_up]] = tick
+        s["done_change_ns"][idx[done_up]] = tick
+        s["issued"][idx] = np.maximum(s["issued"][idx], rc["issued_seq"])
+        s["done"][idx] = np.maximum(s["done"][idx], rc["done_seq"])
+        s["seen_ns"][idx] = np.maximum(s["seen_ns"][idx], rc["seen_ns"])
+        s["tick_ns"][idx] = tick
+        s["host"][idx] = host
+
+    def _touch_host(self, hs: HostState, tick: int, now_ns: int) -> None:
+        if hs.batches and tick > hs.last_tick_ns:
+            gap = float(tick - hs.last_tick_ns)
+            hs.gap_ns = gap if hs.gap_ns == 0 else 0.9 * hs.gap_ns + 0.1 * gap
+        hs.batches += 1
+        hs.last_tick_ns = max(hs.last_tick_ns, tick)
+        hs.last_now_ns = max(hs.last_now_ns, now_ns)
+
+    def touch(self, host: str, tick_ns: int, now_ns: int) -> None:
+        """Record that ``host`` is alive (heartbeat or completion batch)."""
+        hs = self.host(host)
+        hs.last_now_ns = max(hs.last_now_ns, now_ns)
+        hs.last_tick_ns = max(hs.last_tick_ns, tick_ns)
+
+    def ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
+        """Mark the sending host alive; op rows are handled by the tracker."""
+        hs = self.host(batch.header.host)
+        hs.last_now_ns = max(hs.last_now_ns, now_ns)
+
+    def in_flight_ops(self) -> np.ndarray:
+        """Return the latest in-flight op rows of every host (``_OP_PLUS``)."""
+        parts = [h.ops for h in self.hosts.values() if len(h.ops)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=_OP_PLUS)
+
+    def latest_flows(self) -> np.ndarray:
+        """Return the latest flow rows of every host (``FLAT_FLOW``)."""
+        parts = [h.flows for h in self.hosts.values() if len(h.flows)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=FLAT_FLOW)
+
+    def flow_history(self, since_ns: int) -> np.ndarray:
+        """Return every kept flow snapshot with ``tick_ns >= since_ns``."""
+        parts = [f for h in self.hosts.values() for f in h.history]
+        if not parts:
+            return np.zeros(0, dtype=FLAT_FLOW)
+        allf = np.concatenate(parts)
+        return allf[allf["tick_ns"] >= since_ns]
+
+    def host_tick_of_slots(self) -> np.ndarray:
+        """Return, per slot, the latest tick of the slot's host (ns, host clock)."""
+        ticks = np.array([h.last_tick_ns for h in self.hosts.values()], dtype=np.int64)
+        if not len(ticks):
+            return np.zeros(len(self.slots), dtype=np.int64)
+        out: np.ndarray = ticks[self.slots["host"]]
+        return out

@@ -1,0 +1,238 @@
+"""Root cause of a slowdown: timing rules over completions, G/T/D over flows.
+
+Per rank, against its own healthy baseline and its peers in the same window:
+
+| evidence                                                   | component |
+|------------------------------------------------------------|-----------|
+| send flows keep a ready-not-sent gap (G>T), low T rate     | nic       |
+| T frozen while G advances in a few long (>= 0.3 s) episodes| proxy     |
+| transmitted-not-done lag (T>D) above peers                 | network   |
+| issues ops late (late arrival) and finishes last           | gpu       |
+| every rank of one host arrives late                        | gpu       |
+| issues on time, gpu_ready lags peers, finishes last        | pcie      |
+
+A rank that arrives *early* in some group (it waited there) is explained by
+that group's late rank: this follows a slowdown across groups to its origin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mycroft.schemas.records import Culprit, Evidence
+from mycroft.schemas.vocab import SEND, Component, FaultKind
+from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.rca_hang import Suspect, _rank
+
+
+@dataclass(frozen=True)
+class FlowFeatures:
+    """Per-flow statistics over the window (fractions of the flow's total)."""
+
+    rank: int
+    peer: int
+    channel: int
+    gt_gap: float
+    td_gap: float
+    ready: float
+    episodes: int
+    longest_freeze_ns: int
+
+
+def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
+    send = hist[hist["dir"] == SEND]
+    if not len(send):
+        return []
+    keys = np.stack(
+        [
+            send["rank"].astype(np.int64),
+            send["peer"].astype(np.int64),
+            send["channel"].astype(np.int64),
+        ],
+        1,
+    )
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    out = []
+    for i, (rank, peer, ch) in enumerate(uniq.tolist()):
+        f = send[inv == i]
+        f = f[np.argsort(f["tick_ns"], kind="stable")]
+        tot = np.maximum(f["total"], 1).astype(np.float64)
+        eps, longest = _freezes(f)
+        out.append(
+            FlowFeatures(
+                rank,
+                peer,
+                ch,
+                gt_gap=float(np.mean((f["gpu_ready"] - f["transmitted"]) / tot)),
+                td_gap=float(np.mean((f["transmitted"] - f["done"]) / tot)),
+                ready=float(np.mean(f["gpu_ready"] / tot)),
+                episodes=eps,
+                longest_freeze_ns=longest,
+            )
+        )
+    return out
+
+
+def _freezes(f: np.ndarray) -> tuple[int, int]:
+    """Count episodes where T stood still while G > T, and the longest (ns)."""
+    same_op = (f["seq"][1:] == f["seq"][:-1]) & (f["comm"][1:] == f["comm"][:-1])
+    stuck = (
+        same_op
+        & (f["transmitted"][1:] == f["transmitted"][:-1])
+        & (f["gpu_ready"][1:] > f["transmitted"][1:])
+    )
+    eps, longest, run_start = 0, 0, -1
+    ticks = f["tick_ns"]
+    for i, st in enumerate(stuck.tolist()):
+        if st and run_start < 0:
+            run_start = i
+        if (not st or i == len(stuck) - 1) and run_start >= 0:
+            end = i + 1 if st else i
+            dur = int(ticks[end] - ticks[run_start])
+            if dur >= 300_000_000:
+                eps += 1
+                longest = max(longest, dur)
+            run_start = -1
+    return eps, longest
+
+
+def _late_scores(
+    ctx: DetectContext, stats: Sequence[CollectiveStat]
+) -> tuple[dict[int, float], dict[int, float], set[int]]:
+    """Return per-rank late-arrival excess, last-finish excess (ns) and waiters."""
+    late: dict[int, list[float]] = {}
+    endl: dict[int, list[float]] = {}
+    early: set[int] = set()
+    for st in stats:
+        lt, el = st.lateness_ns(), st.end_lag_ns()
+        span = max(float(st.span_ns), 1.0)
+        for r, lv, ev in zip(st.ranks.tolist(), lt.tolist(), el.tolist(), strict=True):
+            base = ctx.book.find((st.comm, r, "late"))
+            ref = base.stats()[0] if base is not None and base.warm else 0.0
+            late.setdefault(r, []).append(lv - ref)
+            endl.setdefault(r, []).append(ev)
+            if lv - ref < -0.3 * span:
+                early.add(r)
+    agg = {r: float(np.median(v)) for r, v in late.items()}
+    agg_end = {r: float(np.median(v)) for r, v in endl.items()}
+    return agg, agg_end, early
+
+
+def explain_slowdown(
+    ctx: DetectContext, stats: Sequence[CollectiveStat], since_ns: int
+) -> tuple[list[Culprit], list[Evidence]]:
+    """Return culprits (best first) and evidence for a slowdown.
+
+    Args:
+        ctx: Detector context (baselines give each rank's healthy lateness).
+        stats: Collectives completed since the onset, every comm.
+        since_ns: Onset; flow snapshots from there on are examined.
+    """
+    suspects: dict[int, Suspect] = {}
+    evidence: list[Evidence] = []
+    flows = _flow_features(ctx.store.flow_history(since_ns))
+    _score_flows(suspects, flows)
+    late, end_lag, early = _late_scores(ctx, stats)
+    span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
+    _score_timing(ctx, suspects, late, end_lag, early, span, flows)
+    for st in list(stats)[-3:]:
+        evidence.append(
+            Evidence(
+                f"seq {st.seq} span {st.span_ns / 1e6:.1f} ms, last "
+                f"arrival rank {int(st.ranks[np.argmax(st.issue_ns)])}",
+                comm=st.comm,
+                op_seq=st.seq,
+            )
+        )
+    for sus in suspects.values():
+        evidence.extend(Evidence(w, sus.rank) for w in sus.reasons[:3])
+    return _rank(ctx, suspects, FaultKind.SLOWDOWN), evidence
+
+
+def _outliers(values: dict[int, float], floor: float) -> dict[int, float]:
+    if len(values) < 2:
+        return {}
+    arr = np.array(list(values.values()))
+    med = float(np.median(arr))
+    mad = float(np.median(np.abs(arr - med))) * 1.4826
+    cut = med + max(4 * mad, floor)
+    return {r: v - med for r, v in values.items() if v > cut}
+
+
+def _score_flows(suspects: dict[int, Suspect], flows: list[FlowFeatures]) -> None:
+    by = {(f.rank, f.peer, f.channel): f for f in flows}
+    for comp, attr, floor in (
+        (Component.NIC, "gt_gap", 0.05),
+        (Component.NETWORK, "td_gap", 0.05),
+    ):
+        vals = {i: getattr(f, attr) for i, f in enumerate(flows)}
+        for i, excess in _outliers(vals, floor).items():
+            f = flows[i]
+            kind = comp
+            if comp is Component.NIC and f.episodes and f.episodes <= 2:
+                kind = Component.PROXY
+            sus = suspects.setdefault(f.rank, Suspect(f.rank))
+            prev = sus.scores.get(kind, 0.0)
+            sus.add(
+                kind,
+                1.0 + 4 * excess,
+                f"flow {f.rank}->{f.peer} ch {f.channel}: "
+                f"{attr} {getattr(f, attr):.0%} vs peers, {f.episodes} freeze(s)",
+            )
+            if sus.flow is None or 1.0 + 4 * excess > prev:
+                sus.flow = (f.peer, f.channel)
+    del by
+
+
+def _score_timing(  # noqa: PLR0917 - private helper of one module
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    late: dict[int, float],
+    end_lag: dict[int, float],
+    early: set[int],
+    span: float,
+    flows: list[FlowFeatures],
+) -> None:
+    floor = max(ctx.cfg.late_floor_s * 1e9, 0.1 * span)
+    late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
+    hosts: dict[str, list[int]] = {}
+    for r in late_out:
+        hosts.setdefault(ctx.topo.host_of(r), []).append(r)
+    for r, excess in late_out.items():
+        sus = suspects.setdefault(r, Suspect(r))
+        mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
+        whole = len(mates) > 1 and all(m in late_out for m in mates)
+        sus.add(
+            Component.GPU,
+            1.0 + excess / max(span, 1.0),
+            f"arrives {excess / 1e6:.1f} ms late"
+            + (" with every rank of its host" if whole else ""),
+        )
+    ready = {f.rank: f.ready for f in flows}
+    deficit = {r: -v for r, v in ready.items()}
+    for r, d in _outliers(deficit, 0.1).items():
+        if r not in late_out:
+            suspects.setdefault(r, Suspect(r)).add(
+                Component.PCIE,
+                1.0 + d,
+                f"gpu_ready lags peers by {d:.0%} of the op "
+                "while it issues on time (copies late)",
+            )
+    lag_out = _outliers(end_lag, floor)
+    for r, excess in lag_out.items():
+        if r in late_out or r in early:
+            continue
+        sus = suspects.setdefault(r, Suspect(r))
+        others = [v for k, v in ready.items() if k != r]
+        behind = r in ready and others and ready[r] < float(np.median(others)) - 0.05
+        sus.add(
+            Component.PCIE,
+            0.8 + (0.4 if behind else 0.0) + excess / max(span, 1.0),
+            f"issues on time but finishes {excess / 1e6:.1f} ms after the median"
+            + ("; gpu_ready lags peers" if behind else ""),
+        )

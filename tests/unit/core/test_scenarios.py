@@ -1,0 +1,87 @@
+"""Each fault's signature in, the right culprit out; silence on healthy runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mycroft.producers.tracefile import TraceFileWriter
+from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.streams import analyze
+from mycroft.streams.core.engine import Analyzer
+from tests.unit.core.scenario import T0, make
+
+
+def _run(records, step_ns=100_000_000):
+    an = Analyzer("job1")
+    out, nxt = [], T0
+    for ts, rec in records:
+        while nxt <= ts:
+            out += an.evaluate(nxt)
+            nxt += step_ns
+        an.ingest(rec, ts)
+    return an, out
+
+
+def _causes(out):
+    return [f for f in out if isinstance(f, RootCause)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "component", "fkind", "peer"),
+    [
+        ("gpu-hang", Component.GPU, FaultKind.HANG, None),
+        ("nic-down", Component.NIC, FaultKind.HANG, 5),
+        ("process-crash", Component.PROCESS, FaultKind.HANG, None),
+        ("host-stall", Component.HOST, FaultKind.HANG, None),
+        ("mismatch", Component.CONFIG, FaultKind.MISMATCH, None),
+        ("gpu-power-cap", Component.GPU, FaultKind.SLOWDOWN, None),
+        ("nic-bandwidth", Component.NIC, FaultKind.SLOWDOWN, 5),
+        ("network", Component.NETWORK, FaultKind.SLOWDOWN, None),
+        ("pcie", Component.PCIE, FaultKind.SLOWDOWN, None),
+    ],
+)
+def test_fault_culprit(kind, component, fkind, peer):
+    _, out = _run(make(kind, 3))
+    causes = _causes(out)
+    assert causes, f"no root cause for {kind}"
+    first = causes[0]
+    best = first.culprits[0]
+    assert (best.rank, best.component, first.kind) == (3, component, fkind)
+    if peer is not None:
+        assert best.peer == peer and best.channel is not None
+    assert len({c.incident_id for c in causes}) == 1
+    onset = T0 + 6e9
+    assert first.detected_ns - onset < (3e9 if fkind is FaultKind.HANG else 10e9)
+
+
+@pytest.mark.parametrize("kw", [{}, {"slow_rank": 5}, {"bubble_ms": 120}])
+def test_healthy_is_silent(kw):
+    _, out = _run(make("none", seconds=12.0, seed=7, **kw))
+    assert not [f for f in out if isinstance(f, Anomaly | RootCause)]
+
+
+def test_duplicates_ignored_and_no_repeats():
+    recs = make("gpu-hang", 3)
+    doubled = [x for pair in zip(recs, recs, strict=True) for x in pair]
+    an, out = _run(doubled)
+    assert an.duplicates > 0
+    causes = _causes(out)
+    assert [c.revision for c in causes] == list(range(len(causes)))
+    ids = [a.anomaly_id for a in out if isinstance(a, Anomaly)]
+    assert len(ids) == len(set(ids))
+
+
+def test_analyze_cli_json(tmp_path, capsys):
+    path = tmp_path / "t.myct"
+    with TraceFileWriter(path) as w:
+        for ts, rec in make("process-crash", 3, seconds=10.0):
+            w.write(rec, ts)
+    assert analyze.main([str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["root_causes"][0]
+    assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")
+    assert best["detected_at_s"] > T0 / 1e9
+    assert doc["anomalies"]
