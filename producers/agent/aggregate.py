@@ -1,0 +1,265 @@
+"""Fold raw ring records into the per-tick columnar rows of ``schemas/columns.py``.
+
+Per rank the aggregator keeps: the communicators it joined (``rc`` rows), the
+ops issued and not yet completed with the latest counters of each flow
+(``op``/``flow`` rows), and the ops completed since the last tick (completion
+rows). Time only comes in through the records; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mycroft.producers.ring_layout import (
+    Beat,
+    Comm,
+    FlowDone,
+    FlowProgress,
+    OpDone,
+    OpIssued,
+    RingRecord,
+)
+from mycroft.schemas.columns import (
+    DONE_FLOW_COLUMNS,
+    DONE_OP_COLUMNS,
+    FLOW_COLUMNS,
+    OP_COLUMNS,
+    RC_COLUMNS,
+    Group,
+    dtype_of,
+)
+
+log = logging.getLogger(__name__)
+
+FlowKey = tuple[int, int, int]
+"""(channel, peer, direction)"""
+
+
+@dataclass
+class FlowState:
+    """Latest cumulative counters of one flow of one in-flight op."""
+
+    total: int = 0
+    gpu_ready: int = 0
+    transmitted: int = 0
+    done: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+
+
+@dataclass
+class OpState:
+    """One issued, not yet completed op of one rank."""
+
+    comm: int
+    seq: int
+    kind: int = 0
+    algo: int = 0
+    proto: int = 0
+    nbytes: int = 0
+    issue_ns: int = 0
+    start_ns: int = 0
+    flows: dict[FlowKey, FlowState] = field(default_factory=dict)
+    done_flows: list[FlowDone] = field(default_factory=list)
+
+
+@dataclass
+class CommState:
+    """What the ``rc`` row of one rank x communicator carries."""
+
+    nranks: int = 0
+    comm_rank: int = -1
+    nchannels: int = 0
+    gpu: int = -1
+    issued_seq: int = -1
+    done_seq: int = -1
+
+
+@dataclass
+class RankState:
+    """Everything the agent knows about one training process."""
+
+    rank: int
+    pid: int
+    local_rank: int = -1
+    seen_ns: int = 0
+    comms: dict[int, CommState] = field(default_factory=dict)
+    ops: dict[tuple[int, int], OpState] = field(default_factory=dict)
+
+
+@dataclass
+class TickRows:
+    """The rows of one tick: state (rc/op/flow) and completions (op/flow)."""
+
+    rc: np.ndarray
+    op: np.ndarray
+    flow: np.ndarray
+    done_op: np.ndarray
+    done_flow: np.ndarray
+
+
+class Aggregator:
+    """Per-host fold of ring records; :meth:`tick` returns and resets completions.
+
+    Args:
+        max_inflight: in-flight ops kept per rank; the oldest is evicted beyond
+            it (counted in ``evicted``) so a runaway writer cannot grow memory.
+    """
+
+    def __init__(self, max_inflight: int = 4096) -> None:
+        self.max_inflight = max_inflight
+        self.ranks: dict[str, RankState] = {}
+        self.evicted = 0
+        self.topology_changed = False
+        self._done_ops: list[tuple[object, ...]] = []
+        self._done_flows: list[tuple[object, ...]] = []
+
+    def add_rank(self, source: str, rank: int, pid: int, local_rank: int = -1) -> None:
+        """Register a training process (one ring) under key ``source``."""
+        self.ranks[source] = RankState(rank, pid, local_rank)
+
+    def remove_rank(self, source: str) -> None:
+        """Forget a training process whose ring went away."""
+        if self.ranks.pop(source, None) is not None:
+            self.topology_changed = True
+
+    def apply(self, source: str, record: RingRecord, *, emit: bool = True) -> None:
+        """Fold one record of ``source``; ``emit=False`` only rebuilds state."""
+        st = self.ranks[source]
+        st.seen_ns = max(st.seen_ns, record.ts_ns)
+        if isinstance(record, FlowProgress):
+            self._progress(st, record)
+        elif isinstance(record, OpIssued):
+            op = self._op(st, record.comm, record.seq)
+            op.kind, op.algo, op.proto = record.kind, record.algo, record.proto
+            op.nbytes, op.issue_ns = record.nbytes, record.ts_ns
+        elif isinstance(record, FlowDone):
+            self._op(st, record.comm, record.seq).done_flows.append(record)
+        elif isinstance(record, OpDone):
+            self._complete(st, record, emit)
+        elif isinstance(record, Comm):
+            cs = st.comms.setdefault(record.comm, CommState())
+            cs.nranks, cs.comm_rank = record.nranks, record.comm_rank
+            cs.nchannels, cs.gpu = record.nchannels, record.gpu
+            self.topology_changed = True
+        elif not isinstance(record, Beat):  # pragma: no cover - exhaustive union
+            raise TypeError(f"unknown ring record {record!r}")
+
+    def _op(self, st: RankState, comm: int, seq: int) -> OpState:
+        op = st.ops.get((comm, seq))
+        if op is None:
+            op = st.ops[(comm, seq)] = OpState(comm, seq)
+            cs = st.comms.setdefault(comm, CommState())
+            cs.issued_seq = max(cs.issued_seq, seq)
+            if len(st.ops) > self.max_inflight:
+                oldest = next(iter(st.ops))
+                del st.ops[oldest]
+                self.evicted += 1
+                log.warning(
+                    "rank %d: evicted in-flight op %s (limit %d)",
+                    st.rank,
+                    oldest,
+                    self.max_inflight,
+                )
+        return op
+
+    def _progress(self, st: RankState, r: FlowProgress) -> None:
+        op = self._op(st, r.comm, r.seq)
+        if op.issue_ns == 0:
+            op.issue_ns = r.ts_ns
+        fs = op.flows.setdefault((r.channel, r.peer, r.direction), FlowState())
+        new = (r.total, r.gpu_ready, r.transmitted, r.done)
+        if new != (fs.total, fs.gpu_ready, fs.transmitted, fs.done):
+            fs.total, fs.gpu_ready, fs.transmitted, fs.done = new
+            if r.gpu_ready or r.transmitted or r.done:
+                fs.last_ns = r.ts_ns
+                if fs.first_ns == 0:
+                    fs.first_ns = r.ts_ns
+                if op.start_ns == 0 or r.ts_ns < op.start_ns:
+                    op.start_ns = r.ts_ns
+
+    def _complete(self, st: RankState, r: OpDone, emit: bool) -> None:
+        op = st.ops.pop((r.comm, r.seq), None) or OpState(r.comm, r.seq)
+        cs = st.comms.setdefault(r.comm, CommState())
+        cs.done_seq = max(cs.done_seq, r.seq)
+        cs.issued_seq = max(cs.issued_seq, r.seq)
+        if not emit:
+            return
+        if op.done_flows:
+            flows = [
+                (f.channel, f.peer, f.direction, f.chunks, f.first_ns, f.ts_ns)
+                for f in op.done_flows
+            ]
+        else:  # FLOW_DONE records lost (overwritten): fall back to the last snapshots
+            flows = [
+                (k[0], k[1], k[2], s.done, s.first_ns, s.last_ns)
+                for k, s in sorted(op.flows.items())
+            ]
+        start = r.start_ns or op.start_ns
+        self._done_ops.append(
+            (
+                st.rank,
+                r.comm,
+                r.seq,
+                op.kind,
+                op.nbytes,
+                op.issue_ns or start,
+                start,
+                r.ts_ns,
+                len(flows),
+            )
+        )
+        self._done_flows.extend(flows)
+
+    def tick(self) -> TickRows:
+        """Rows of the current state plus the completions since the last tick."""
+        rc: list[tuple[object, ...]] = []
+        ops: list[tuple[object, ...]] = []
+        flows: list[tuple[object, ...]] = []
+        for st in sorted(self.ranks.values(), key=lambda s: s.rank):
+            for comm, cs in sorted(st.comms.items()):
+                rc.append((st.rank, comm, cs.issued_seq, cs.done_seq, st.seen_ns))
+            for (comm, seq), op in sorted(st.ops.items()):
+                ops.append(
+                    (
+                        st.rank,
+                        comm,
+                        seq,
+                        op.kind,
+                        op.algo,
+                        op.proto,
+                        op.nbytes,
+                        op.issue_ns,
+                        op.start_ns,
+                        len(op.flows),
+                    )
+                )
+                flows.extend(
+                    (
+                        k[0],
+                        k[1],
+                        k[2],
+                        s.total,
+                        s.gpu_ready,
+                        s.transmitted,
+                        s.done,
+                        s.last_ns,
+                    )
+                    for k, s in sorted(op.flows.items())
+                )
+        rows = TickRows(
+            _rows(rc, RC_COLUMNS),
+            _rows(ops, OP_COLUMNS),
+            _rows(flows, FLOW_COLUMNS),
+            _rows(self._done_ops, DONE_OP_COLUMNS),
+            _rows(self._done_flows, DONE_FLOW_COLUMNS),
+        )
+        self._done_ops, self._done_flows = [], []
+        return rows
+
+
+def _rows(rows: list[tuple[object, ...]], group: Group) -> np.ndarray:
+    return np.array(rows, dtype=dtype_of(group))

@@ -1,0 +1,248 @@
+"""The agent loop: every tick drain the source, batch, spool and ship.
+
+Per tick (``interval_ms``): fold new ring records, make one ``StateBatch``
+(when any rank is known), one ``CompletionBatch`` (when ops completed), a
+``Topology`` when communicators changed, a ``Heartbeat`` every
+``heartbeat_s``; spool them with the source checkpoint in one write; produce.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mycroft.producers.agent.aggregate import Aggregator
+from mycroft.producers.agent.metrics import AgentMetrics, Snapshot
+from mycroft.producers.agent.shipper import Shipper
+from mycroft.producers.agent.sources import ReplaySource, RingSource
+from mycroft.producers.agent.spool import Entry
+from mycroft.producers.tracefile import Frame
+from mycroft.schemas.codec import Codec
+from mycroft.schemas.records import (
+    BatchHeader,
+    CommMembership,
+    CompletionBatch,
+    Heartbeat,
+    RankTopology,
+    Record,
+    StateBatch,
+    Topology,
+)
+from mycroft.topics import TopicSet
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """One node agent incarnation (``agent_epoch`` = its start time in ns).
+
+    Args:
+        job_id, host: identity stamped on every batch.
+        source: a ring or replay source.
+        shipper: spool + Kafka.
+        topics: topic names.
+        interval_ms, heartbeat_s: tick and heartbeat periods.
+        metrics: Prometheus metrics, or None.
+    """
+
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        host: str,
+        source: RingSource | ReplaySource,
+        shipper: Shipper,
+        topics: TopicSet,
+        interval_ms: int = 100,
+        heartbeat_s: float = 1.0,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.job_id, self.host, self.source, self.shipper = (
+            job_id,
+            host,
+            source,
+            shipper,
+        )
+        self.topics, self.interval_ms, self.heartbeat_s = (
+            topics,
+            interval_ms,
+            heartbeat_s,
+        )
+        self.metrics, self._clock = metrics, clock
+        self.codec = Codec()
+        self.agg = Aggregator()
+        self.epoch = clock()
+        self.seq = 0
+        self.records_read = 0
+        self.batches_made = 0
+        self.lag_s = 0.0
+        self._last_beat = self._last_scan = self._last_commit = 0
+        self._started = time.monotonic()
+
+    def _header(self, tick_ns: int) -> BatchHeader:
+        self.seq += 1
+        return BatchHeader(
+            self.job_id, self.host, self.epoch, self.seq, tick_ns, self.interval_ms
+        )
+
+    def _entry(self, record: Record) -> Entry:
+        topic = self.topics.for_record(type(record).__name__)
+        key = (
+            f"{self.job_id}/{self.host}"
+            if isinstance(record, Topology)
+            else self.job_id
+        )
+        return Entry(topic, key, self.job_id, self.codec.encode(record))
+
+    def tick(self) -> None:
+        """One sampling tick."""
+        now = self._clock()
+        entries = (
+            self._ring_tick(now)
+            if isinstance(self.source, RingSource)
+            else (self._replay_tick())
+        )
+        if now - self._last_beat >= self.heartbeat_s * 1e9:
+            self._last_beat = now
+            entries.append(self._entry(self.heartbeat(now)))
+        self.batches_made += len(entries)
+        self.shipper.submit(entries, self.source.checkpoint())
+        if now - self._last_commit >= 1e9:  # a stale ack cursor only means duplicates
+            self._last_commit = now
+            self.shipper.spool.commit()
+        if self.metrics is not None:
+            self.metrics.update(self.snapshot())
+
+    def _ring_tick(self, now: int) -> list[Entry]:
+        src = self.source
+        assert isinstance(src, RingSource)  # noqa: S101 - narrowed by tick()
+        if now - self._last_scan >= 1e9:  # new or removed rings: once a second
+            self._last_scan = now
+            src.scan(self.agg)
+        self.records_read += src.drain(self.agg)
+        rows = self.agg.tick()
+        out: list[Entry] = []
+        if self.agg.topology_changed:
+            self.agg.topology_changed = False
+            out.append(self._entry(self.topology(now)))
+        if len(rows.rc):
+            out.append(
+                self._entry(StateBatch(self._header(now), rows.rc, rows.op, rows.flow))
+            )
+        if len(rows.done_op):
+            out.append(
+                self._entry(
+                    CompletionBatch(self._header(now), rows.done_op, rows.done_flow)
+                )
+            )
+        return out
+
+    def _replay_tick(self) -> list[Entry]:
+        src = self.source
+        assert isinstance(src, ReplaySource)  # noqa: S101 - narrowed by tick()
+        frames: list[Frame] = src.take(time.monotonic() - self._started)
+        self.records_read += len(frames)
+        return [
+            Entry(
+                self.topics.for_record(f.record_type),
+                f.key,
+                f.key.split("/")[0],
+                f.value,
+            )
+            for f in frames
+        ]
+
+    def topology(self, now: int) -> Topology:
+        """This host's ranks and the communicators each joined (from COMM records)."""
+        ranks = tuple(
+            RankTopology(
+                st.rank,
+                st.local_rank,
+                "",
+                "",
+                tuple(
+                    CommMembership(c, "", cs.nranks, cs.comm_rank, ())
+                    for c, cs in sorted(st.comms.items())
+                    if cs.nranks > 0
+                ),
+            )
+            for st in sorted(self.agg.ranks.values(), key=lambda s: s.rank)
+        )
+        return Topology(self.job_id, self.host, "", now, ranks)
+
+    def heartbeat(self, now: int) -> Heartbeat:
+        """Liveness and every loss counter, cumulative since ``agent_epoch``."""
+        sh = self.shipper
+        ranks = self.source.health() if isinstance(self.source, RingSource) else ()
+        return Heartbeat(
+            self.job_id,
+            self.host,
+            self.epoch,
+            now,
+            self.interval_ms,
+            self.lag_s * 1e3,
+            self.records_read,
+            sh.sent,
+            sh.spooled,
+            sh.spool.pending,
+            sh.spool.dropped + sh.rejected,
+            sh.failures,
+            ranks,
+        )
+
+    def snapshot(self) -> Snapshot:
+        """Counters for the metrics endpoint."""
+        sh = self.shipper
+        src = self.source if isinstance(self.source, RingSource) else None
+        return Snapshot(
+            self.records_read,
+            self.batches_made,
+            sh.sent,
+            sh.spooled,
+            sh.spool.dropped + sh.rejected,
+            sh.failures,
+            src.overwritten() if src else 0,
+            src.corrupt() if src else 0,
+            sh.spool.pending,
+            sh.spool.size_bytes,
+            self.lag_s,
+            src.lag_records() if src else 0,
+            len(src.readers) if src else 0,
+        )
+
+    def run(
+        self, stop: threading.Event, duration_s: float = 0.0, flush_s: float = 10.0
+    ) -> dict[str, Any]:
+        """Tick until ``stop`` is set (SIGTERM) or ``duration_s`` passed; then flush."""
+        period = self.interval_ms / 1e3
+        start = next_at = time.monotonic()
+        while not stop.is_set():
+            self.lag_s = max(0.0, time.monotonic() - next_at)
+            self.tick()
+            if duration_s and time.monotonic() - start >= duration_s:
+                break
+            if (
+                isinstance(self.source, ReplaySource)
+                and self.source.finished
+                and self.shipper.spool.pending == 0
+            ):
+                break
+            next_at += period
+            while (wait := next_at - time.monotonic()) > 0 and not stop.is_set():
+                self.shipper.transport.poll(min(wait, 0.05))
+                self.shipper.pump()
+            if wait < -10 * period:  # far behind (suspended): do not burst
+                next_at = time.monotonic()
+        self.tick()  # what was written up to SIGTERM
+        left = self.shipper.flush(flush_s)
+        self.shipper.spool.close()
+        log.info(
+            "agent stopped: %d sent, %d left in the spool for the next start",
+            self.shipper.sent,
+            left,
+        )
+        return {"sent": self.shipper.sent, "pending": left}

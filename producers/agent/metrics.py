@@ -1,0 +1,78 @@
+"""The agent's own Prometheus metrics, on an injected registry (never the global)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Cumulative agent counters at one moment."""
+
+    records_read: int
+    batches_made: int
+    batches_sent: int
+    batches_spooled: int
+    spool_dropped: int
+    delivery_failures: int
+    ring_overwrites: int
+    ring_corrupt: int
+    spool_pending: int
+    spool_bytes: int
+    sampling_lag_s: float
+    ring_lag_records: int
+    rings: int
+
+
+_COUNTERS = {
+    "records_read": "raw ring records read",
+    "batches_made": "batches (state, completion, heartbeat, topology) made and spooled",
+    "batches_sent": "batches acknowledged by Kafka",
+    "batches_spooled": "batches that waited in the disk spool for Kafka",
+    "spool_dropped": "batches lost because the spool was full",
+    "delivery_failures": "failed delivery attempts",
+    "ring_overwrites": "ring records overwritten before they were read",
+    "ring_corrupt": "ring slots skipped as corrupt",
+}
+_GAUGES = {
+    "spool_pending": (
+        "mycroft_agent_spool_pending_batches",
+        "batches not yet acknowledged",
+    ),
+    "spool_bytes": ("mycroft_agent_spool_bytes", "bytes on disk in the spool"),
+    "sampling_lag_s": (
+        "mycroft_agent_sampling_lag_seconds",
+        "how late the last tick ran",
+    ),
+    "ring_lag_records": (
+        "mycroft_agent_ring_lag_records",
+        "records in rings not read yet",
+    ),
+    "rings": ("mycroft_agent_rings", "ring buffers being read"),
+}
+
+
+class AgentMetrics:
+    """Counters ``mycroft_agent_<name>_total`` and gauges, synced from snapshots."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._counters = {
+            k: Counter(f"mycroft_agent_{k}", doc, registry=registry)
+            for k, doc in _COUNTERS.items()
+        }
+        self._gauges = {
+            k: Gauge(n, doc, registry=registry) for k, (n, doc) in _GAUGES.items()
+        }
+        self._last: dict[str, float] = dict.fromkeys(_COUNTERS, 0.0)
+
+    def update(self, snap: Snapshot) -> None:
+        """Advance counters by what changed since the last snapshot; set gauges."""
+        for key, counter in self._counters.items():
+            value = float(getattr(snap, key))
+            if value > self._last[key]:
+                counter.inc(value - self._last[key])
+                self._last[key] = value
+        for key, gauge in self._gauges.items():
+            gauge.set(float(getattr(snap, key)))

@@ -1,0 +1,211 @@
+"""What the agent reads: ring buffers in a folder, a recorded trace file, the simulator.
+
+Ring and replay sources resume from a checkpoint (``dict``) that the agent
+stores in its spool with every tick, so a restarted agent continues where the
+records it already spooled end.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mycroft.errors import ConfigError
+from mycroft.producers import sim
+from mycroft.producers.agent.aggregate import Aggregator
+from mycroft.producers.ring import RingReader
+from mycroft.producers.tracefile import Frame, read_frames
+from mycroft.schemas.records import RankHealth
+
+log = logging.getLogger(__name__)
+
+
+def _pid_alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+class RingSource:
+    """Every ring file matching ``glob`` under ``directory``, discovered each scan.
+
+    Args:
+        directory: the shared-memory folder the training processes write in.
+        glob: file pattern of ring files.
+        checkpoint: ``{ring identity: next record index}`` from the last run.
+    """
+
+    def __init__(
+        self,
+        directory: Path | str,
+        glob: str = "*.ring",
+        checkpoint: dict[str, Any] | None = None,
+    ) -> None:
+        self.dir, self.glob = Path(directory), glob
+        self.readers: dict[str, RingReader] = {}
+        self._resume: dict[str, int] = {
+            k: int(v) for k, v in (checkpoint or {}).get("rings", {}).items()
+        }
+        self._bad: set[str] = set()
+        self.gone_overwritten = self.gone_corrupt = 0
+
+    def scan(self, agg: Aggregator) -> None:
+        """Open new rings, close rings whose file was removed or replaced."""
+        seen: set[str] = set()
+        for path in sorted(self.dir.glob(self.glob)):
+            if str(path) in self._bad:
+                continue
+            try:
+                reader = RingReader(path)
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring %s: %s", path, exc)
+                self._bad.add(str(path))
+                continue
+            seen.add(reader.identity)
+            if reader.identity in self.readers:
+                reader.close()
+                continue
+            self._open(reader, agg)
+        for ident in [i for i in self.readers if i not in seen]:
+            self._drop(ident, agg)
+
+    def _open(self, reader: RingReader, agg: Aggregator) -> None:
+        ident, h = reader.identity, reader.header
+        agg.add_rank(ident, h.rank, h.pid, h.local_rank)
+        reader.seek(reader.oldest_index())
+        resume = self._resume.pop(ident, None)
+        if resume is not None and resume > reader.next_index:
+            # Rebuild in-flight state from records already shipped, without re-emitting.
+            for rec in reader.poll(resume - reader.next_index):
+                agg.apply(ident, rec, emit=False)
+        log.info(
+            "reading ring %s (rank %d, pid %d) from record %d",
+            reader.path,
+            h.rank,
+            h.pid,
+            reader.next_index,
+        )
+        self.readers[ident] = reader
+
+    def _drop(self, ident: str, agg: Aggregator) -> None:
+        reader = self.readers.pop(ident)
+        self.gone_overwritten += reader.overwritten
+        self.gone_corrupt += reader.corrupt
+        reader.close()
+        agg.remove_rank(ident)
+
+    def drain(self, agg: Aggregator) -> int:
+        """Fold everything new from every ring into ``agg``; return records read."""
+        n = 0
+        for ident, reader in self.readers.items():
+            for rec in reader.poll():
+                agg.apply(ident, rec)
+                n += 1
+        return n
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Where each ring's reading stands (stored with every spooled tick)."""
+        return {"rings": {i: r.next_index for i, r in self.readers.items()}}
+
+    def health(self) -> tuple[RankHealth, ...]:
+        """Per process loss counters for the heartbeat."""
+        return tuple(
+            RankHealth(
+                r.header.rank, r.header.pid, r.last_write_ns, r.overwritten, r.corrupt
+            )
+            for r in sorted(self.readers.values(), key=lambda r: r.header.rank)
+        )
+
+    def overwritten(self) -> int:
+        """Ring overwrites of every ring ever read (agent lifetime)."""
+        return int(
+            self.gone_overwritten + sum(r.overwritten for r in self.readers.values())
+        )
+
+    def corrupt(self) -> int:
+        """Corrupt ring slots of every ring ever read (agent lifetime)."""
+        return int(self.gone_corrupt + sum(r.corrupt for r in self.readers.values()))
+
+    def lag_records(self) -> int:
+        """Records committed to rings and not read yet."""
+        return sum(r.lag() for r in self.readers.values())
+
+    def alive(self) -> int:
+        """How many ring writers are still running."""
+        return sum(_pid_alive(r.header.pid) for r in self.readers.values())
+
+    def close(self) -> None:
+        """Unmap every ring."""
+        for reader in self.readers.values():
+            reader.close()
+        self.readers.clear()
+
+
+class ReplaySource:
+    """Frames of a recorded trace file, paced by trace time (``speed`` 0: at once).
+
+    Args:
+        path: the trace file (``mycroft.producers.tracefile`` format).
+        speed: 1.0 replays in real time, 2.0 twice as fast, 0 as fast as possible.
+        checkpoint: ``{"replay": {"file": path, "frames": n}}`` from the last run.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        speed: float = 0.0,
+        checkpoint: dict[str, Any] | None = None,
+    ) -> None:
+        self.path, self.speed = Path(path), speed
+        if not self.path.exists():
+            raise ConfigError(f"replay file {self.path} does not exist")
+        prev = (checkpoint or {}).get("replay", {})
+        self.done = (
+            int(prev.get("frames", 0)) if prev.get("file") == str(self.path) else 0
+        )
+        self._frames = read_frames(self.path)
+        for _ in range(self.done):
+            next(self._frames, None)
+        self._pending: Frame | None = None
+        self._t0_trace: int | None = None
+        self.finished = False
+
+    def take(self, elapsed_s: float, limit: int = 10_000) -> list[Frame]:
+        """Frames due ``elapsed_s`` after the start (at most ``limit``)."""
+        out: list[Frame] = []
+        while len(out) < limit:
+            frame = self._pending or next(self._frames, None)
+            self._pending = None
+            if frame is None:
+                self.finished = True
+                break
+            if self._t0_trace is None:
+                self._t0_trace = frame.ts_ns
+            if (
+                self.speed > 0
+                and (frame.ts_ns - self._t0_trace) / 1e9 > elapsed_s * self.speed
+            ):
+                self._pending = frame
+                break
+            out.append(frame)
+        self.done += len(out)
+        return out
+
+    def checkpoint(self) -> dict[str, Any]:
+        """How many frames were spooled already."""
+        return {"replay": {"file": str(self.path), "frames": self.done}}
+
+    def close(self) -> None:
+        """Close the file."""
+        close = getattr(self._frames, "close", None)
+        if close is not None:
+            close()
+
+
+def sim_unavailable() -> ConfigError:
+    """The error ``--source sim`` gives while ``mycroft.producers.sim`` has no API."""
+    have = sorted(n for n in dir(sim) if not n.startswith("_"))
+    return ConfigError(
+        "source=sim is unavailable: mycroft.producers.sim exposes no simulator "
+        f"library API yet (found: {', '.join(have) or 'nothing'}); "
+        "use source=ring or source=replay"
+    )

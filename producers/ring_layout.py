@@ -1,0 +1,232 @@
+"""Binary layout of the shared-memory trace ring (``schemas/ring.md`` is normative).
+
+A ring file is a 128-byte header followed by ``nslots`` slots of 64 bytes.
+Everything is little-endian. Slot ``n % nslots`` holds record number ``n``;
+its sequence word is ``2n + 1`` while the writer fills it and ``2n + 2`` once
+committed. The checksum is CRC-32 (zlib / ISO-HDLC) over all 64 slot bytes
+as committed, with the checksum field (bytes 12..15) read as zero.
+
+This module only packs and unpacks; :mod:`mycroft.producers.ring` maps files.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+
+MAGIC = b"MYCRING1"
+VERSION = 1
+HEADER_SIZE = 128
+SLOT_SIZE = 64
+WRITE_IDX_OFFSET = 64
+"""Byte offset of the u64 write index (own cache line)."""
+
+HEADER = struct.Struct("<8sIIIIiiqi")
+"""magic, version, header_size, slot_size, nslots, pid, rank, created_ns, local_rank."""
+
+SLOT_HEAD = struct.Struct("<QBBHIq")
+"""seq, kind, flags, reserved, crc32, ts_ns (bytes 0..23)."""
+
+U64 = struct.Struct("<Q")
+
+
+class Kind(IntEnum):
+    """Record kinds (slot byte 8)."""
+
+    COMM = 1
+    OP_ISSUED = 2
+    FLOW_PROGRESS = 3
+    FLOW_DONE = 4
+    OP_DONE = 5
+    BEAT = 6
+
+
+PAYLOADS: dict[Kind, struct.Struct] = {
+    # comm, nranks, comm_rank, nchannels, gpu, reserved
+    Kind.COMM: struct.Struct("<Qiiii16x"),
+    # comm, seq, bytes, kind, algo, proto, pad, nflows, reserved
+    Kind.OP_ISSUED: struct.Struct("<QqqBBBxi8x"),
+    # comm, seq, channel, dir, pad, peer, total, gpu_ready, transmitted, done
+    Kind.FLOW_PROGRESS: struct.Struct("<QqhBxiiiii"),
+    # comm, seq, first_ns, channel, dir, pad, peer, chunks, reserved
+    Kind.FLOW_DONE: struct.Struct("<QqqhBxii4x"),
+    # comm, seq, start_ns, nflows, reserved
+    Kind.OP_DONE: struct.Struct("<Qqqi12x"),
+    # step, reserved
+    Kind.BEAT: struct.Struct("<q32x"),
+}
+PAYLOAD_SIZE = SLOT_SIZE - SLOT_HEAD.size
+if any(s.size != PAYLOAD_SIZE for s in PAYLOADS.values()):  # pragma: no cover
+    raise RuntimeError("ring payload structs must be 40 bytes each")
+
+
+@dataclass(frozen=True)
+class RingHeader:
+    """The decoded ring file header."""
+
+    nslots: int
+    pid: int
+    rank: int
+    created_ns: int
+    local_rank: int = -1
+    version: int = VERSION
+
+    def pack(self) -> bytes:
+        """Bytes 0..63 of the file (the write index follows at 64)."""
+        return HEADER.pack(
+            MAGIC,
+            self.version,
+            HEADER_SIZE,
+            SLOT_SIZE,
+            self.nslots,
+            self.pid,
+            self.rank,
+            self.created_ns,
+            self.local_rank,
+        ).ljust(WRITE_IDX_OFFSET, b"\0")
+
+    @classmethod
+    def unpack(cls, data: bytes) -> RingHeader:
+        """Decode a header; raise ValueError when it is not a version-1 ring."""
+        magic, version, hsize, ssize, nslots, pid, rank, created, local = (
+            HEADER.unpack_from(data)
+        )
+        if magic != MAGIC or version != VERSION:
+            raise ValueError(f"not a Mycroft ring (magic {magic!r}, version {version})")
+        if hsize != HEADER_SIZE or ssize != SLOT_SIZE or nslots <= 0:
+            raise ValueError(f"unsupported geometry {hsize}/{ssize}/{nslots}")
+        return cls(nslots, pid, rank, created, local, version)
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A communicator this rank joined."""
+
+    ts_ns: int
+    comm: int
+    nranks: int
+    comm_rank: int
+    nchannels: int
+    gpu: int
+
+
+@dataclass(frozen=True)
+class OpIssued:
+    """An op enqueued by the framework (``ts_ns`` is the issue time)."""
+
+    ts_ns: int
+    comm: int
+    seq: int
+    nbytes: int
+    kind: int
+    algo: int
+    proto: int
+    nflows: int
+
+
+@dataclass(frozen=True)
+class FlowProgress:
+    """Cumulative chunk counters of one flow of one op at ``ts_ns``."""
+
+    ts_ns: int
+    comm: int
+    seq: int
+    channel: int
+    direction: int
+    peer: int
+    total: int
+    gpu_ready: int
+    transmitted: int
+    done: int
+
+
+@dataclass(frozen=True)
+class FlowDone:
+    """One finished flow of an op: ``ts_ns`` is its last completion."""
+
+    ts_ns: int
+    comm: int
+    seq: int
+    first_ns: int
+    channel: int
+    direction: int
+    peer: int
+    chunks: int
+
+
+@dataclass(frozen=True)
+class OpDone:
+    """An op completed (``ts_ns`` is the end time); its FLOW_DONE records precede it."""
+
+    ts_ns: int
+    comm: int
+    seq: int
+    start_ns: int
+    nflows: int
+
+
+@dataclass(frozen=True)
+class Beat:
+    """Liveness of the writing process."""
+
+    ts_ns: int
+    step: int
+
+
+RingRecord = Comm | OpIssued | FlowProgress | FlowDone | OpDone | Beat
+
+_KIND_OF: dict[type, Kind] = {
+    Comm: Kind.COMM,
+    OpIssued: Kind.OP_ISSUED,
+    FlowProgress: Kind.FLOW_PROGRESS,
+    FlowDone: Kind.FLOW_DONE,
+    OpDone: Kind.OP_DONE,
+    Beat: Kind.BEAT,
+}
+_TYPE_OF: dict[Kind, type] = {v: k for k, v in _KIND_OF.items()}
+
+
+_ZERO4 = b"\0\0\0\0"
+
+
+def checksum(slot: bytes | bytearray) -> int:
+    """CRC-32 of the 64 slot bytes with bytes 12..15 (the checksum) as zero."""
+    crc = zlib.crc32(slot[0:12])
+    crc = zlib.crc32(_ZERO4, crc)
+    return zlib.crc32(slot[16:SLOT_SIZE], crc)
+
+
+def payload_fields(record: RingRecord) -> tuple[int, ...]:
+    """The payload struct fields of ``record`` (everything but ``ts_ns``)."""
+    values = tuple(record.__dict__.values())
+    return values[1:]
+
+
+def encode_slot(index: int, record: RingRecord) -> bytes:
+    """Return the 64 committed bytes of record number ``index``."""
+    kind = _KIND_OF[type(record)]
+    seq_word = 2 * index + 2
+    body = bytearray(SLOT_SIZE)
+    SLOT_HEAD.pack_into(body, 0, seq_word, kind, 0, 0, 0, record.ts_ns)
+    PAYLOADS[kind].pack_into(body, SLOT_HEAD.size, *payload_fields(record))
+    struct.pack_into("<I", body, 12, zlib.crc32(body))
+    return bytes(body)
+
+
+def decode_slot(slot: bytes) -> tuple[int, RingRecord | None]:
+    """Return ``(sequence word, record)``; record is None when the slot is invalid.
+
+    Invalid means: checksum mismatch, unknown kind, or an odd sequence word.
+    """
+    seq_word, kind, _flags, _res, crc, ts_ns = SLOT_HEAD.unpack_from(slot)
+    if seq_word & 1 or checksum(slot) != crc:
+        return seq_word, None
+    try:
+        k = Kind(kind)
+    except ValueError:
+        return seq_word, None
+    fields = PAYLOADS[k].unpack_from(slot, SLOT_HEAD.size)
+    record: RingRecord = _TYPE_OF[k](ts_ns, *fields)
+    return seq_word, record
