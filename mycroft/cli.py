@@ -20,6 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("mycroft.producers.agent.cli", "run the node agent"),
     "analyze": ("mycroft.streams.analyze", "find anomalies and root causes in traces"),
     "streams": ("mycroft.streams.app", "run the Faust stream workers"),
+    "sinks": ("mycroft.sinks.service", "forward anomalies and root causes to sinks"),
+    "prometheus": ("mycroft.infra.prometheus", "start or stop a local Prometheus"),
+    "opensearch": ("mycroft.infra.opensearch", "fetch, start, stop a local OpenSearch"),
 }
 
 

@@ -198,6 +198,7 @@ class DecodingConsumer:
         *,
         codec: Codec | None = None,
         extra: dict[str, Any] | None = None,
+        auto_commit: bool = True,
     ) -> None:
         self.codec = codec or Codec()
         self.stats = ConsumerStats()
@@ -207,7 +208,7 @@ class DecodingConsumer:
                 "bootstrap.servers": bootstrap,
                 "group.id": group_id,
                 "auto.offset.reset": "earliest",
-                "enable.auto.commit": True,
+                "enable.auto.commit": auto_commit,
             }
             | (extra or {})
         )
@@ -248,6 +249,15 @@ class DecodingConsumer:
             headers=deadletter_headers(err, source),
         )
         self._dlq.poll(0)
+
+    def commit(self) -> None:
+        """Commit the positions of everything polled so far, synchronously.
+
+        Use with ``auto_commit=False`` to commit only after the records were
+        handled (at-least-once).
+        """
+        self._dlq.flush(10)
+        self._consumer.commit(asynchronous=False)
 
     def close(self) -> None:
         """Flush dead letters and leave the group."""

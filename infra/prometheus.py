@@ -1,0 +1,307 @@
+"""Run a real Prometheus server (Debian's package) scraping given targets at 1 s.
+
+``.ci/run`` installs it with ``apt-get install -y --no-install-recommends
+prometheus``; the package's own systemd service is not used. Each
+:class:`PrometheusServer` writes its own config and TSDB folder and listens on
+a free loopback port. The first scrape shows in queries only ~5 s after start
+(target sync ticks), so wait with :meth:`PrometheusServer.wait_for_target`. CLI::
+
+    python -m mycroft.infra.prometheus start --dir .cache/prom --target 127.0.0.1:9464
+    python -m mycroft.infra.prometheus stop --dir .cache/prom
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from mycroft.errors import MycroftError
+from mycroft.infra import _kafka_props as kp
+
+__all__ = ["PrometheusError", "PrometheusServer", "find_binary", "main"]
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus"
+STATE_NAME = "prometheus.json"
+
+
+class PrometheusError(MycroftError):
+    """Prometheus is missing, failed to start, or a query failed."""
+
+
+def find_binary() -> str:
+    """``$MYCROFT_PROMETHEUS_BIN`` or ``prometheus`` on PATH.
+
+    Raises:
+        PrometheusError: not found; the message says how to install it.
+    """
+    found = os.environ.get("MYCROFT_PROMETHEUS_BIN") or shutil.which("prometheus")
+    if not found:
+        raise PrometheusError(f"the prometheus binary is not on PATH; {INSTALL_HINT}")
+    return found
+
+
+def render_config(targets: Sequence[str], job: str = "mycroft") -> str:
+    """prometheus.yml scraping ``targets`` (``host:port``) every second.
+
+    JSON is valid YAML, so no YAML library is needed.
+    """
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "static_configs": [{"targets": list(targets)}],
+            }
+        ],
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+class PrometheusServer:
+    """One Prometheus on ``127.0.0.1:<free port>`` scraping ``targets``.
+
+    Args:
+        targets: ``host:port`` of each ``/metrics`` endpoint (job ``mycroft``).
+        workdir: config and TSDB folder; a new temporary one if None.
+        keep: keep a temporary ``workdir`` after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        workdir: Path | None = None,
+        *,
+        keep: bool = False,
+    ) -> None:
+        self._runtime = kp.Runtime()
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="mycroft-prometheus-"))
+            self._runtime.owned_dir = None if keep else workdir
+        self.workdir = workdir.resolve()
+        self.targets = tuple(targets)
+        self._port: int | None = None
+        self.startup_s: float | None = None
+        self._finalizer = weakref.finalize(self, kp.reap, self._runtime)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        if self._port is None:
+            raise PrometheusError("Prometheus has no port yet; call start() first")
+        return f"http://{kp.HOST}:{self._port}"
+
+    @property
+    def log_path(self) -> Path:
+        """Prometheus's stdout and stderr."""
+        return self.workdir / "prometheus.log"
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while it runs, else None."""
+        proc = self._runtime.proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def rss_bytes(self) -> int:
+        """Resident set size in bytes."""
+        rss = None if self.pid is None else kp.vmrss_bytes(self.pid)
+        if rss is None:
+            raise PrometheusError("Prometheus is not running")
+        return rss
+
+    def start(self, timeout_s: float = 30.0, *, detach: bool = False) -> str:
+        """Start it and wait for ``/-/ready``; return the URL.
+
+        Raises:
+            PrometheusError: no binary, it exited, or was not ready in time.
+        """
+        if self.pid is not None:
+            return self.url
+        binary = find_binary()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "prometheus.yml"
+        config.write_text(render_config(self.targets), "utf-8")
+        if self._port is None:
+            self._port = kp.pick_free_ports().client
+        cmd = [binary, f"--config.file={config}",
+               f"--web.listen-address={kp.HOST}:{self._port}",
+               f"--storage.tsdb.path={self.workdir / 'data'}",
+               "--storage.tsdb.retention.time=1h", "--web.enable-lifecycle",
+               "--log.level=warn"]  # fmt: skip
+        started = time.monotonic()
+        with self.log_path.open("ab") as out:
+            self._runtime.proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self.workdir, start_new_session=detach,
+            )  # fmt: skip
+        self._runtime.detached = detach
+        self._wait(timeout_s, self._ready, "ready")
+        self.startup_s = time.monotonic() - started
+        logger.info("Prometheus ready at %s in %.2f s", self.url, self.startup_s)
+        return self.url
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:  # noqa: S310 (our http URL)
+                return int(resp.status) == 200
+        except (OSError, ValueError):
+            return False
+
+    def _wait(self, timeout_s: float, check: Any, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not check():
+            proc = self._runtime.proc
+            if proc is None or proc.poll() is not None:
+                tail = kp.tail_lines(self.log_path)
+                raise PrometheusError(
+                    f"Prometheus exited while waiting ({what}):\n{tail}"
+                )
+            if time.monotonic() > deadline:
+                raise PrometheusError(f"Prometheus not {what} after {timeout_s:.0f} s")
+            time.sleep(0.2)
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET ``/api/v1/<path>``; return its ``data``.
+
+        Raises:
+            PrometheusError: HTTP or API error.
+        """
+        query = urllib.parse.urlencode(params)
+        url = f"{self.url}/api/v1/{path}" + (f"?{query}" if query else "")
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 (our http URL)
+                reply = json.load(resp)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                body = exc.read(500).decode("utf-8", "replace")
+            raise PrometheusError(f"GET {url}: HTTP {exc.code}: {body}") from exc
+        except (OSError, ValueError) as exc:
+            raise PrometheusError(f"GET {url}: {exc}") from exc
+        if reply.get("status") != "success":
+            raise PrometheusError(f"GET {url}: {reply.get('error', reply)}")
+        return reply["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """Instant query; return the ``result`` list (``metric`` and ``value``)."""
+        data = self.api("query", query=expr)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def target_health(self) -> dict[str, str]:
+        """Health (``up``, ``down``, ``unknown``) of each active target's scrape URL."""
+        data = self.api("targets")
+        return {t["scrapeUrl"]: t["health"] for t in data["activeTargets"]}
+
+    def wait_for_target(self, target: str, timeout_s: float = 20.0) -> None:
+        """Wait until ``up{instance=target} == 1`` is visible in queries."""
+        expr = f'up{{instance="{target}"}} == 1'
+        self._wait(timeout_s, lambda: bool(self.query(expr)), f"scraping {target}")
+
+    def wait_for(self, expr: str, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until ``expr`` returns a non-empty result; return it."""
+        found: list[dict[str, Any]] = []
+
+        def check() -> bool:
+            found[:] = self.query(expr)
+            return bool(found)
+
+        self._wait(timeout_s, check, f"answering {expr}")
+        return found
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent."""
+        proc, self._runtime.proc = self._runtime.proc, None
+        if proc is not None:
+            kp.terminate(proc, timeout_s)
+
+    def close(self) -> None:
+        """Stop it and delete a temporary work folder (unless ``keep``)."""
+        self.stop()
+        self._finalizer()
+
+    def __enter__(self) -> PrometheusServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    state_path = args.dir / STATE_NAME
+    try:
+        state = json.loads(state_path.read_text("utf-8"))
+    except (OSError, ValueError):
+        state = {}
+    pid = state.get("pid")
+    cmdline = b""
+    if isinstance(pid, int):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+    alive = str(args.dir).encode() in cmdline
+    if args.command == "start":
+        if not alive:
+            server = PrometheusServer(args.target, args.dir)
+            server.start(args.timeout, detach=True)
+            state = {
+                "pid": server.pid,
+                "url": server.url,
+                "startup_s": server.startup_s,
+                "rss_bytes": server.rss_bytes(),
+            }
+            state_path.write_text(json.dumps(state, indent=2), "utf-8")
+        print(state["url"])
+        return 0
+    if alive:
+        os.kill(pid, signal.SIGTERM)
+    state_path.unlink(missing_ok=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``start`` or ``stop`` a local Prometheus; return the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m mycroft.infra.prometheus")
+    parser.add_argument("command", choices=["start", "stop"])
+    parser.add_argument("--dir", type=Path, default=Path(".cache/prometheus-run"))
+    parser.add_argument("--target", action="append", default=[], help="host:port")
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    args.dir = args.dir.resolve()
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return _cmd(args)
+    except MycroftError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

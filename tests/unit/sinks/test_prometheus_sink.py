@@ -1,0 +1,137 @@
+"""PrometheusSink: a fresh CollectorRegistry per test, read with get_sample_value."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from mycroft.errors import SinkError
+from mycroft.schemas.vocab import Component
+from mycroft.sinks.base import Sink
+from mycroft.sinks.prometheus import METRIC_NAMES, PrometheusSink
+from tests.unit.sinks.records import anomaly, root_cause
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def sink(registry: CollectorRegistry, clock: Clock) -> PrometheusSink:
+    return PrometheusSink(registry, incident_ttl_s=60.0, clock=clock)
+
+
+def info(registry: CollectorRegistry, **labels: str) -> float | None:
+    base = {"job_id": "job-1", "incident": "i-1", "kind": "hang"}
+    return registry.get_sample_value("mycroft_root_cause_info", base | labels)
+
+
+def test_is_a_sink(sink: PrometheusSink) -> None:
+    assert isinstance(sink, Sink)
+
+
+def test_anomalies_count_once_per_id(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    for record in (anomaly("a-1"), anomaly("a-1"), anomaly("a-2", latency_s=30)):
+        sink.write(record)
+    labels = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_anomalies_total", labels) == 2
+    count = "mycroft_detection_latency_seconds_count"
+    assert registry.get_sample_value(count, {"kind": "hang"}) == 2
+    total = "mycroft_detection_latency_seconds_sum"
+    assert registry.get_sample_value(total, {"kind": "hang"}) == pytest.approx(32.0)
+
+
+def test_root_cause_opens_incident_with_info_and_confidence(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    sink.write(root_cause())
+    assert info(registry, rank="3", host="node-a", component="nic") == 1
+    open_labels = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_incidents_open", open_labels) == 1
+    conf = {"job_id": "job-1", "incident": "i-1"}
+    assert registry.get_sample_value("mycroft_culprit_confidence", conf) == 0.8
+    assert registry.get_sample_value("mycroft_incidents_total", open_labels) == 1
+    rca = "mycroft_rca_latency_seconds_sum"
+    assert registry.get_sample_value(rca, {"kind": "hang"}) == pytest.approx(0.5)
+
+
+def test_revision_replaces_info_series(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    sink.write(root_cause(revision=0))
+    sink.write(root_cause(revision=1, rank=7, host="node-b", component=Component.GPU))
+    assert info(registry, rank="3", host="node-a", component="nic") is None
+    assert info(registry, rank="7", host="node-b", component="gpu") == 1
+    text = generate_latest(registry).decode()
+    assert text.count("mycroft_root_cause_info{") == 1
+    open_labels = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_incidents_open", open_labels) == 1
+    assert registry.get_sample_value("mycroft_incidents_total", open_labels) == 1
+    rca = "mycroft_rca_latency_seconds_count"
+    assert registry.get_sample_value(rca, {"kind": "hang"}) == 1
+
+
+def test_older_or_repeated_revision_is_ignored(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    sink.write(root_cause(revision=1, rank=7))
+    sink.write(root_cause(revision=0, rank=3))
+    sink.write(root_cause(revision=1, rank=7))
+    assert info(registry, rank="7", host="node-a", component="nic") == 1
+    assert info(registry, rank="3", host="node-a", component="nic") is None
+    revisions = "mycroft_root_cause_revisions_total"
+    assert registry.get_sample_value(revisions, {"job_id": "job-1"}) == 1
+
+
+def test_idle_incident_expires(
+    sink: PrometheusSink, registry: CollectorRegistry, clock: Clock
+) -> None:
+    sink.write(root_cause("i-1"))
+    clock.now += 30
+    sink.write(root_cause("i-2"))
+    clock.now += 31
+    sink.flush()
+    assert sink.open_incidents == frozenset({"i-2"})
+    assert info(registry, rank="3", host="node-a", component="nic") is None
+    assert info(registry, incident="i-2", rank="3", host="node-a", component="nic")
+    open_labels = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_incidents_open", open_labels) == 1
+    assert sink.close_incident("i-2")
+    assert not sink.close_incident("i-2")
+    assert registry.get_sample_value("mycroft_incidents_open", open_labels) == 0
+
+
+def test_metric_names_follow_the_house_rules(sink: PrometheusSink) -> None:
+    families = {m.name for m in sink.registry.collect()}
+    exposed = {n + "_total" if n + "_total" in METRIC_NAMES else n for n in families}
+    assert exposed == set(METRIC_NAMES)
+    assert all(n.startswith("mycroft_") for n in METRIC_NAMES)
+
+
+def test_second_sink_on_same_registry_is_refused(registry: CollectorRegistry) -> None:
+    PrometheusSink(registry)
+    with pytest.raises(ValueError, match="Duplicated"):
+        PrometheusSink(registry)
+
+
+def test_closed_sink_refuses_writes(sink: PrometheusSink) -> None:
+    sink.close()
+    with pytest.raises(SinkError) as info_:
+        sink.write(anomaly())
+    assert not info_.value.retryable

@@ -1,0 +1,115 @@
+"""Forwarder: write to every sink, flush, then commit; retry and drop rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mycroft.errors import SinkError
+from mycroft.sinks.memory import MemorySink
+from mycroft.sinks.service import Backoff, Forwarder, main
+from tests.unit.samples import header
+from tests.unit.sinks.records import anomaly, root_cause
+
+
+class Source:
+    def __init__(self, *batches: list[Any]) -> None:
+        self.batches = list(batches)
+
+    def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Any]:
+        return [(None, r) for r in self.batches.pop(0)] if self.batches else []
+
+    def close(self) -> None:
+        pass
+
+
+class Flaky(MemorySink):
+    """Fails the next ``failures`` flushes with ``retryable``."""
+
+    def __init__(self, failures: int, retryable: bool = True) -> None:
+        super().__init__()
+        self.failures = failures
+        self.retryable = retryable
+
+    def flush(self) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise SinkError("down", retryable=self.retryable)
+        super().flush()
+
+
+def make(
+    source: Source, *sinks: MemorySink, attempts: int = 3
+) -> tuple[Forwarder, list[int], list[float]]:
+    commits: list[int] = []
+    sleeps: list[float] = []
+
+    def commit() -> None:
+        commits.append(sum(len(s.flushed) for s in sinks))
+
+    def sleep(s: float) -> bool:
+        sleeps.append(s)
+        return False
+
+    fw = Forwarder(
+        source, list(sinks), commit, backoff=Backoff(0.1, 0.3, attempts), sleep=sleep
+    )
+    return fw, commits, sleeps
+
+
+def test_commit_after_every_sink_flushed() -> None:
+    a, b = MemorySink(), MemorySink()
+    fw, commits, _ = make(Source([anomaly(), root_cause()]), a, b)
+    assert fw.step() == 2
+    assert commits == [4]  # both records flushed to both sinks before the commit
+    assert fw.step() == 0 and commits == [4]  # empty poll: no commit
+    assert a.incidents.keys() == {"i-1"} and a.anomalies.keys() == {"a-1"}
+
+
+def test_other_records_are_skipped() -> None:
+    sink = MemorySink()
+    fw, commits, _ = make(Source([header(), anomaly()]), sink)  # type: ignore[list-item]
+    fw.step()
+    assert fw.stats.skipped == 1 and len(sink.flushed) == 1 and commits
+
+
+def test_retryable_flush_is_retried_with_backoff() -> None:
+    sink = Flaky(2)
+    fw, commits, sleeps = make(Source([anomaly()]), sink)
+    fw.step()
+    assert sleeps == [0.1, 0.2] and fw.stats.retries == 2 and commits == [1]
+
+
+def test_retries_exhausted_raise_without_commit() -> None:
+    sink = Flaky(5)
+    fw, commits, sleeps = make(Source([anomaly()]), sink, attempts=3)
+    with pytest.raises(SinkError):
+        fw.step()
+    assert commits == [] and sleeps == [0.1, 0.2]
+
+
+def test_non_retryable_is_dropped_and_committed() -> None:
+    sink = Flaky(1, retryable=False)
+    fw, commits, sleeps = make(Source([anomaly()]), sink)
+    fw.step()
+    assert fw.stats.dropped == 1 and sleeps == [] and len(commits) == 1
+
+
+def test_backoff_is_capped() -> None:
+    assert Backoff(0.2, 1.0, 6).delays() == [0.2, 0.4, 0.8, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--opensearch-url", "http://x:1"],
+        ["--bootstrap", "127.0.0.1:1"],
+        ["--bootstrap", "h:1", "--prometheus-listen", "nope"],
+    ],
+)
+def test_main_rejects_bad_config(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MYCROFT_BOOTSTRAP", raising=False)
+    assert main(argv) == 1
