@@ -1,0 +1,37 @@
+"""Regenerate benchmark results: ``./dev bench [NAME...]``.
+
+Runs each named benchmark script (all by default) with its checked-in output
+path, then rewrites ``bench/RESULTS.md`` from every ``bench/results/*.json``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+# name -> script arguments; each script writes bench/results/<name>.json
+BENCHMARKS: dict[str, list[str]] = {
+    "broker_startup": ["--out", "bench/results/broker_startup.json"],
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
+        return 2
+    for name in names:
+        print(f"== {name}", flush=True)
+        script = BENCH / f"{name}.py"
+        subprocess.run([sys.executable, str(script), *BENCHMARKS[name]],
+                       check=True, cwd=BENCH.parent)
+    subprocess.run([sys.executable, str(BENCH / "report.py")], check=True, cwd=BENCH.parent)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
