@@ -1,0 +1,323 @@
+"""The Faust stream worker: raw topics -> per-job engine -> anomalies, root causes.
+
+One agent consumes the four raw topics plus an internal *tick* topic, all
+co-partitioned by job (``partition_for``). Records are decoded and folded into
+the job's :class:`~mycroft.streams.core.engine.Analyzer`; ticks (sent by a
+timer to every partition this worker owns) run ``evaluate`` for the jobs of
+that partition, send what is new, and every ``snapshot_interval_s`` write the
+engine snapshots to a changelog-backed table and commit that partition's
+offsets. Running evaluation and snapshots *inside* the stream keeps every table
+write on the right changelog partition, and committing only right after a
+snapshot means a restarted worker resumes exactly where its restored engines
+left off. The ``emitted`` table makes re-sent findings idempotent.
+
+Run: ``mycroft streams worker --bootstrap HOST:PORT [--app-id ID] [--prefix P]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from mycroft.errors import ConfigError, DecodeError
+from mycroft.kafka_client import deadletter_headers
+from mycroft.schemas.codec import Codec
+from mycroft.schemas.records import Anomaly, CompletionBatch, RootCause, StateBatch
+from mycroft.streams.faust_runtime import (
+    EngineFactory,
+    Finding,
+    JobRouter,
+    comm_ops,
+    dump_slot,
+    is_fresh,
+    mark_sent,
+    rank_chunks,
+    record_job,
+    record_time_ns,
+)
+from mycroft.streams.faust_settings import StreamSettings, parse_settings
+from mycroft.streams.faust_topics import ensure_topics, tick_topic
+from mycroft.topics import TopicSet, partition_for
+
+log = logging.getLogger(__name__)
+_NEVER = 10**9  # Faust must not commit on its own: we commit after snapshots
+
+
+def default_engine_factory() -> EngineFactory:
+    """The real per-job analyzer (imported lazily: scipy/networkx are heavy)."""
+    from mycroft.streams.core.engine import Analyzer  # noqa: PLC0415
+
+    return Analyzer
+
+
+def faust_config(settings: StreamSettings) -> dict[str, Any]:
+    """Keyword arguments of ``faust.App`` for ``settings``."""
+    return {
+        "broker": [f"kafka://{s}" for s in settings.bootstrap.split(",")],
+        "store": "memory://",
+        "topic_partitions": settings.partitions,
+        "topic_replication_factor": 1,
+        "web_enabled": settings.web_enabled,
+        "web_port": settings.web_port or 6066,
+        "datadir": str(settings.data_path),
+        "broker_commit_every": _NEVER,
+        "broker_commit_interval": float(_NEVER),
+        "broker_session_timeout": settings.session_timeout_s,
+        "broker_heartbeat_interval": 1.0,
+        "broker_rebalance_timeout": 20.0,
+        "table_standby_replicas": 0,
+        "table_cleanup_interval": 1.0,
+        "stream_wait_empty": False,
+        "consumer_auto_offset_reset": "earliest",
+        "producer_max_request_size": 16 * 1024 * 1024,
+        "stream_buffer_maxsize": 4096,
+    }
+
+
+class Pipeline:
+    """Decode -> engine -> send, with the tables that make it restartable."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        settings: StreamSettings,
+        factory: EngineFactory,
+        topics: TopicSet,
+    ) -> None:
+        self.app, self.settings, self.topics = app, settings, topics
+        self.codec = Codec()
+        self.router = JobRouter(factory)
+        self.counts: Counter[str] = Counter()
+        self.last_snapshot: dict[int, float] = {}
+        self.last_stats = time.monotonic()
+        self.max_lag_s = 0.0
+        n = settings.partitions
+        raw: dict[str, Any] = {"value_serializer": "raw", "key_serializer": "raw"}
+        self.tick = app.topic(tick_topic(settings), partitions=n, **raw)
+        self.source_names = [
+            topics.state,
+            topics.completion,
+            topics.heartbeat,
+            topics.topology,
+            self.tick.get_topic_name(),
+        ]
+        self.source = app.topic(*self.source_names, **raw)
+        self.anomaly = app.topic(topics.anomaly, **raw)
+        self.rootcause = app.topic(topics.rootcause, **raw)
+        self.deadletter = app.topic(topics.deadletter, **raw)
+        big = {"max.message.bytes": str(16 * 1024 * 1024)}
+        self.snapshots = app.Table(
+            "engine-snapshots",
+            partitions=n,
+            key_type=str,
+            value_type=bytes,
+            extra_topic_configs=big,
+        )
+        self.emitted = app.Table("emitted", partitions=n, key_type=str)
+        self.chunks = app.Table(
+            "rank-chunks", default=int, partitions=n, key_type=str
+        ).tumbling(1.0, expires=60.0)
+        self.ops = app.Table(
+            "comm-ops", default=int, partitions=n, key_type=str
+        ).hopping(5.0, 1.0, expires=60.0)
+
+    async def handle(self, event: Any) -> None:
+        """Process one event of the source channel (a record or a tick)."""
+        msg = event.message
+        self._ensure_loaded(msg.partition)
+        if msg.topic == self.source_names[-1]:
+            await self.on_tick(msg.partition)
+        else:
+            await self.on_record(msg)
+
+    def _ensure_loaded(self, partition: int) -> None:
+        n = self.settings.partitions
+        blobs = [
+            (j, b)
+            for j, b in self.snapshots.items()
+            if partition_for(j, n) == partition
+        ]
+        if self.router.restore(blobs, partition, time.monotonic()):
+            log.info("restored %d job engine(s) of partition %d", len(blobs), partition)
+
+    async def on_record(self, msg: Any) -> None:
+        """Decode one raw record and fold it into its job's engine."""
+        try:
+            record = self.codec.decode(msg.value)
+        except DecodeError as exc:
+            await self.dead_letter(
+                msg, exc.located(msg.topic, msg.partition, msg.offset)
+            )
+            return
+        job = record_job(record)
+        slot = self.router.slot(job, msg.partition)
+        slot.observe(record_time_ns(record), time.monotonic())
+        slot.engine.ingest(record, slot.now_ns(time.monotonic()))
+        self.counts["decoded"] += 1
+        self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
+        self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
+        if self.settings.rates and isinstance(record, CompletionBatch):
+            self.update_rates(job, record)
+
+    def update_rates(self, job: str, batch: CompletionBatch) -> None:
+        """Windowed exports: chunks per rank (1 s tumbling), ops per comm (hopping)."""
+        for rank, chunks in rank_chunks(batch).items():
+            self.chunks[f"{job}/{rank}"] += chunks
+        for comm, n in comm_ops(batch).items():
+            self.ops[f"{job}/{comm:x}"] += n
+
+    async def dead_letter(self, msg: Any, err: DecodeError) -> None:
+        """Send undecodable bytes to the dead-letter topic with the reason."""
+        self.counts["dead_lettered"] += 1
+        self.counts[f"dead_lettered.{err.reason}"] += 1
+        log.warning("%s; sent to %s", err, self.topics.deadletter)
+        source = f"{err.topic}[{err.partition}]@{err.offset}"
+        await self.deadletter.send(
+            key=msg.key,
+            value=msg.value,
+            headers=_bytes_headers(deadletter_headers(err, source)),
+        )
+
+    async def on_tick(self, partition: int) -> None:
+        """Evaluate the jobs of ``partition``; snapshot + commit when due."""
+        wall = time.monotonic()
+        for slot in self.router.on_partition(partition):
+            findings = slot.engine.evaluate(slot.now_ns(wall))
+            if findings:
+                await self.emit(slot.job_id, findings)
+        if (
+            wall - self.last_snapshot.get(partition, 0.0)
+            >= self.settings.snapshot_interval_s
+        ):
+            self.last_snapshot[partition] = wall
+            await self.snapshot(partition)
+        if wall - self.last_stats >= self.settings.stats_interval_s:
+            self.log_stats(wall)
+
+    def log_stats(self, wall: float) -> None:
+        """Log counters, rank-state rows/s and the worst consumer lag seen."""
+        rate = self.counts["rows"] / max(wall - self.last_stats, 1e-9)
+        log.info(
+            "stats rows_per_s=%.0f max_lag_s=%.3f jobs=%d %s",
+            rate,
+            self.max_lag_s,
+            len(self.router.slots),
+            " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())),
+        )
+        self.counts["rows"] = 0
+        self.last_stats, self.max_lag_s = wall, 0.0
+
+    async def emit(self, job: str, findings: Sequence[Finding]) -> None:
+        """Send findings not sent before; record them in the ``emitted`` table."""
+        state = self.emitted.get(job)
+        sent = 0
+        for f in findings:
+            if not is_fresh(state, f):
+                self.counts["suppressed"] += 1
+                continue
+            await self.send_finding(job, f)
+            state = mark_sent(state, f)
+            sent += 1
+        if sent:
+            self.emitted[job] = state
+            await self.app.producer.flush()
+
+    async def send_finding(self, job: str, finding: Finding) -> None:
+        """Encode and send one finding keyed and partitioned by job."""
+        stamped = replace(finding, emitted_wall_ns=time.time_ns())
+        topic = self.rootcause if isinstance(finding, RootCause) else self.anomaly
+        key = "rca.rootcause" if isinstance(finding, RootCause) else "detect.anomaly"
+        p = partition_for(job, self.topics.partitions(key))
+        await topic.send(
+            key=job.encode(), value=self.codec.encode(stamped), partition=p
+        )
+        self.counts[
+            "root_causes" if isinstance(finding, RootCause) else "anomalies"
+        ] += 1
+        if isinstance(finding, Anomaly):
+            log.info("anomaly %s: %s", finding.anomaly_id, finding.summary)
+        else:
+            log.info("root cause %s rev %d", finding.incident_id, finding.revision)
+
+    async def snapshot(self, partition: int) -> None:
+        """Write this partition's engine snapshots, then commit its offsets."""
+        for slot in self.router.on_partition(partition):
+            self.snapshots[slot.job_id] = dump_slot(slot)
+            self.counts["snapshots"] += 1
+        tps = {TP(name, partition) for name in self.source_names}
+        await self.app.consumer.commit(tps)  # flushes the producer first
+
+    async def send_ticks(self) -> None:
+        """Timer body: one tick to every tick-topic partition this worker owns."""
+        name = self.source_names[-1]
+        for tp in self.app.consumer.assignment():
+            if tp.topic == name:
+                await self.tick.send(value=b"", partition=tp.partition)
+
+    def on_revoked(self, revoked: set[TP]) -> None:
+        """Drop engines of revoked partitions (the next owner restores them)."""
+        self.router.drop({tp.partition for tp in revoked})
+
+
+def _bytes_headers(
+    headers: Sequence[tuple[str, str | bytes | None]],
+) -> list[tuple[str, bytes]]:
+    return [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers]
+
+
+def build_app(
+    settings: StreamSettings, factory: EngineFactory | None = None
+) -> tuple[faust.App, Pipeline]:
+    """Create the Faust app, its topics, tables, agent and timer."""
+    app = faust.App(settings.app_id, **faust_config(settings))
+    topics = TopicSet(settings.prefix, settings.partitions)
+    pipe = Pipeline(app, settings, factory or default_engine_factory(), topics)
+
+    @app.agent(pipe.source, name="mycroft-ingest")
+    async def ingest(stream: Any) -> None:
+        async for event in stream.events():
+            await pipe.handle(event)
+
+    @app.timer(interval=settings.evaluate_interval_s, name="mycroft-tick")  # type: ignore[untyped-decorator]  # faust's timer decorator is untyped
+    async def tick() -> None:
+        await pipe.send_ticks()
+
+    async def revoked(sender: Any, /, *args: Any, signal: Any, **kw: Any) -> None:
+        pipe.on_revoked(set(args[0] if args else kw.get("revoked", ())))
+
+    app.on_partitions_revoked.connect(revoked)
+
+    return app, pipe
+
+
+def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -> int:
+    """Create topics, then run a Faust worker until it is stopped; return its code."""
+    ensure_topics(settings)
+    app, _ = build_app(settings, factory)
+    worker = faust.Worker(app, loglevel=settings.loglevel, quiet=True)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mycroft streams worker --bootstrap HOST:PORT ...``; return the exit code."""
+    try:
+        command, settings = parse_settings(sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"mycroft streams: {exc}", file=sys.stderr)
+        return 2
+    log.info("effective settings: %s", settings)
+    if command == "worker":
+        return run_worker(settings)
+    return 2  # pragma: no cover  # argparse restricts the choices

@@ -1,0 +1,196 @@
+"""Pure runtime of the stream worker: job slots, clocks, snapshots, dedup, rates.
+
+No Faust or Kafka imports: the Faust wiring in :mod:`mycroft.streams.app`
+calls these, so they are tested without a broker or an event loop.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from mycroft.schemas.records import (
+    Anomaly,
+    CompletionBatch,
+    Heartbeat,
+    Record,
+    RootCause,
+    StateBatch,
+    Topology,
+)
+
+Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
+SNAPSHOT_VERSION = 1
+MAX_ANOMALY_IDS = 2048
+
+
+class Engine(Protocol):
+    """What the worker needs of a per-job analyzer (``core.engine.Analyzer``)."""
+
+    def ingest(self, record: Record, now_ns: int) -> None:
+        """Fold one decoded record in."""
+
+    def evaluate(self, now_ns: int) -> Sequence[Finding]:
+        """Return new anomalies and root-cause revisions at ``now_ns``."""
+
+
+EngineFactory = Callable[[str], Engine]
+
+
+def record_job(record: Record) -> str:
+    """Job id of an input record."""
+    if isinstance(record, StateBatch | CompletionBatch):
+        return record.header.job_id
+    return record.job_id
+
+
+def record_time_ns(record: Record) -> int:
+    """Trace time of an input record (tick or timestamp), ns."""
+    if isinstance(record, StateBatch | CompletionBatch):
+        return record.header.tick_ns
+    if isinstance(record, Heartbeat | Topology):
+        return record.ts_ns
+    return record.detected_ns
+
+
+@dataclass
+class JobSlot:
+    """One job on this worker: its engine and its trace clock.
+
+    ``now_ns`` is the job's latest trace time plus the wall time elapsed since
+    that time arrived, so a job whose records stop still ages (hang check).
+    The wall anchor is not persisted: a restored job restarts its clock at the
+    restore time, so downtime is never mistaken for silence of the job.
+    """
+
+    job_id: str
+    partition: int
+    engine: Engine
+    trace_ns: int = 0
+    anchor_s: float = 0.0
+
+    def observe(self, trace_ns: int, wall_s: float) -> None:
+        """Advance the trace clock with a record's time seen at ``wall_s``."""
+        if trace_ns > self.trace_ns:
+            self.trace_ns, self.anchor_s = trace_ns, wall_s
+
+    def now_ns(self, wall_s: float) -> int:
+        """Current time of the job on its trace clock, ns (0: nothing seen)."""
+        if self.trace_ns == 0:
+            return 0
+        return self.trace_ns + int(max(0.0, wall_s - self.anchor_s) * 1e9)
+
+
+def dump_slot(slot: JobSlot) -> bytes:
+    """Serialize a slot's engine and trace clock (zlib-compressed pickle)."""
+    payload = (SNAPSHOT_VERSION, slot.job_id, slot.trace_ns, slot.engine)
+    return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
+    """Rebuild a slot from :func:`dump_slot` bytes; its clock restarts at ``wall_s``.
+
+    Only this worker's own changelog topic is ever unpickled.
+    """
+    version, job_id, trace_ns, engine = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
+    if version != SNAPSHOT_VERSION:
+        raise ValueError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+    return JobSlot(job_id, partition, engine, trace_ns, wall_s)
+
+
+@dataclass
+class JobRouter:
+    """Job id -> slot, grouped by partition; creates engines on first sight."""
+
+    factory: EngineFactory
+    slots: dict[str, JobSlot] = field(default_factory=dict)
+    loaded: set[int] = field(default_factory=set)
+
+    def slot(self, job_id: str, partition: int) -> JobSlot:
+        """The job's slot, created empty when new."""
+        slot = self.slots.get(job_id)
+        if slot is None:
+            slot = self.slots[job_id] = JobSlot(job_id, partition, self.factory(job_id))
+        return slot
+
+    def on_partition(self, partition: int) -> list[JobSlot]:
+        """Slots of the jobs on ``partition``."""
+        return [s for s in self.slots.values() if s.partition == partition]
+
+    def restore(
+        self, blobs: Iterable[tuple[str, bytes]], partition: int, wall_s: float
+    ) -> int:
+        """Load snapshots of ``partition`` (once per assignment); return how many."""
+        if partition in self.loaded:
+            return 0
+        self.loaded.add(partition)
+        n = 0
+        for job_id, blob in blobs:
+            if job_id not in self.slots:
+                self.slots[job_id] = load_slot(blob, partition, wall_s)
+                n += 1
+        return n
+
+    def drop(self, partitions: Iterable[int]) -> None:
+        """Forget revoked partitions: their jobs reload from snapshots if returned."""
+        gone = set(partitions)
+        self.loaded -= gone
+        self.slots = {j: s for j, s in self.slots.items() if s.partition not in gone}
+
+
+def is_fresh(state: Mapping[str, Any] | None, finding: Finding) -> bool:
+    """Whether ``finding`` was not sent yet, given a job's ``emitted`` state.
+
+    A root cause is fresh when its revision is above the last one sent for its
+    incident; an anomaly when its id was never sent. This makes replay after a
+    crash idempotent: exactly-once effect on (incident_id, revision).
+    """
+    state = state or {}
+    if isinstance(finding, RootCause):
+        last = state.get("incidents", {}).get(finding.incident_id, -1)
+        return bool(finding.revision > last)
+    return finding.anomaly_id not in state.get("anomalies", ())
+
+
+def mark_sent(state: Mapping[str, Any] | None, finding: Finding) -> dict[str, Any]:
+    """Return a new ``emitted`` state (JSON-able) that includes ``finding``."""
+    state = state or {}
+    incidents = dict(state.get("incidents", {}))
+    anomalies = list(state.get("anomalies", ()))
+    if isinstance(finding, RootCause):
+        incidents[finding.incident_id] = max(
+            finding.revision, incidents.get(finding.incident_id, -1)
+        )
+    elif finding.anomaly_id not in anomalies:
+        anomalies = [*anomalies, finding.anomaly_id][-MAX_ANOMALY_IDS:]
+    return {"incidents": incidents, "anomalies": anomalies}
+
+
+def rank_chunks(batch: CompletionBatch) -> dict[int, int]:
+    """Chunks moved per rank by the ops completed in one batch."""
+    op, flow = batch.op, batch.flow
+    if not len(op) or not len(flow):
+        return {}
+    ranks = np.repeat(op["rank"], op["nflows"])
+    if len(ranks) != len(flow):
+        return {}
+    totals = np.bincount(ranks, weights=flow["chunks"].astype(np.float64))
+    present = np.unique(ranks)
+    return {int(r): int(totals[r]) for r in present}
+
+
+def comm_ops(batch: CompletionBatch) -> dict[int, int]:
+    """Distinct ops completed per communicator in one batch (this host's view)."""
+    op = batch.op
+    if not len(op):
+        return {}
+    pairs = np.unique(np.stack([op["comm"], op["seq"].astype(np.uint64)]), axis=1)
+    comms, counts = np.unique(pairs[0], return_counts=True)
+    return {
+        int(c): int(n) for c, n in zip(comms.tolist(), counts.tolist(), strict=True)
+    }

@@ -1,0 +1,147 @@
+"""Settings of the Faust stream worker: one frozen object, validated once in main.
+
+Every flag of ``mycroft streams worker`` has a ``MYCROFT_STREAMS__<NAME>``
+equivalent (the flag wins). Nothing here reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from mycroft.errors import ConfigError
+
+_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_HOSTPORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
+ENV_PREFIX = "MYCROFT_STREAMS__"
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Everything the Faust app needs; built once, passed down.
+
+    Attributes:
+        bootstrap: Kafka bootstrap servers, ``host:port[,host:port...]``.
+        app_id: Faust app id: consumer group and prefix of internal topics.
+        prefix: Namespace prefix of Mycroft's topics (see ``TopicSet``).
+        partitions: Partitions of every source topic, table and tick topic.
+        evaluate_interval_s: Period of the timer-driven ``evaluate`` per job.
+        snapshot_interval_s: Period of engine snapshots + offset commits.
+        web_port: Faust web port; 0 disables the web server.
+        data_dir: Faust data directory.
+        rates: Maintain the windowed per-rank/per-comm rate tables.
+        session_timeout_s: Kafka consumer session timeout.
+        loglevel: Worker log level.
+        stats_interval_s: Period of the stats log line (rows/s, lag, counters).
+    """
+
+    bootstrap: str
+    app_id: str = "mycroft-streams"
+    prefix: str = ""
+    partitions: int = 8
+    evaluate_interval_s: float = 0.2
+    snapshot_interval_s: float = 1.0
+    web_port: int = 0
+    data_dir: str = "mycroft-streams-data"
+    rates: bool = True
+    session_timeout_s: float = 10.0
+    loglevel: str = "info"
+    stats_interval_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        servers = self.bootstrap.split(",") if self.bootstrap else []
+        if not servers or not all(_HOSTPORT.match(s) for s in servers):
+            raise ConfigError(
+                f"bootstrap must be host:port[,...], got {self.bootstrap!r}"
+            )
+        if not _APP_ID.match(self.app_id):
+            raise ConfigError(f"app id {self.app_id!r} must match {_APP_ID.pattern}")
+        if self.prefix and not re.match(r"^[A-Za-z0-9._-]+$", self.prefix):
+            raise ConfigError(f"topic prefix {self.prefix!r} has invalid characters")
+        if not 1 <= self.partitions <= 10_000:
+            raise ConfigError(f"partitions must be 1..10000, got {self.partitions}")
+        if not 0.01 <= self.evaluate_interval_s <= 10:
+            raise ConfigError("evaluate interval must be 0.01..10 s")
+        if self.snapshot_interval_s < self.evaluate_interval_s:
+            raise ConfigError("snapshot interval must be >= the evaluate interval")
+        if not (self.web_port == 0 or 1024 <= self.web_port <= 65535):
+            raise ConfigError(
+                f"web port must be 0 (off) or 1024..65535: {self.web_port}"
+            )
+        if self.session_timeout_s < 6:
+            raise ConfigError("Kafka needs a session timeout of at least 6 s")
+        if self.stats_interval_s <= 0:
+            raise ConfigError("stats interval must be positive")
+        if self.loglevel.lower() not in {"debug", "info", "warning", "error"}:
+            raise ConfigError(f"unknown log level {self.loglevel!r}")
+
+    @property
+    def web_enabled(self) -> bool:
+        """Whether Faust's web server runs."""
+        return self.web_port != 0
+
+    @property
+    def data_path(self) -> Path:
+        """``data_dir`` as a path."""
+        return Path(self.data_dir)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mycroft streams", description=__doc__)
+    p.add_argument("command", choices=["worker"], help="what to run")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
+    p.add_argument("--app-id")
+    p.add_argument("--prefix", help="topic namespace prefix")
+    p.add_argument("--partitions", type=int)
+    p.add_argument("--evaluate-interval-s", type=float)
+    p.add_argument("--snapshot-interval-s", type=float)
+    p.add_argument("--web-port", type=int, help="0 disables the web server")
+    p.add_argument("--data-dir")
+    p.add_argument("--rates", choices=["on", "off"], help="windowed rate tables")
+    p.add_argument("--session-timeout-s", type=float)
+    p.add_argument("--loglevel", "-l")
+    p.add_argument("--stats-interval-s", type=float)
+    return p
+
+
+def _coerce(name: str, raw: str) -> object:
+    kind = {f.name: f.type for f in fields(StreamSettings)}[name]
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        if kind == "bool":
+            return raw.strip().lower() in {"1", "true", "yes", "on"}
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc
+    return raw
+
+
+def parse_settings(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[str, StreamSettings]:
+    """Return ``(command, settings)`` from flags, then ``MYCROFT_STREAMS__*``.
+
+    Raises:
+        ConfigError: a value is missing or invalid.
+    """
+    env = os.environ if env is None else env
+    ns = vars(_parser().parse_args(list(argv)))
+    command = ns.pop("command")
+    values: dict[str, object] = {}
+    for f in fields(StreamSettings):
+        flag = ns.get(f.name)
+        if f.name == "rates" and flag is not None:
+            flag = flag == "on"
+        if flag is not None:
+            values[f.name] = flag
+        elif (raw := env.get(ENV_PREFIX + f.name.upper())) is not None:
+            values[f.name] = _coerce(f.name, raw)
+    if "bootstrap" not in values:
+        raise ConfigError("--bootstrap (or MYCROFT_STREAMS__BOOTSTRAP) is required")
+    return command, StreamSettings(**values)  # type: ignore[arg-type]  # validated in __post_init__

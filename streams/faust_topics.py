@@ -1,0 +1,47 @@
+"""Topics of the stream worker: Mycroft's topics plus the internal tick topic."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from mycroft.errors import BrokerError
+from mycroft.kafka_client import create_topics
+from mycroft.streams.faust_settings import StreamSettings
+from mycroft.topics import TopicSet
+
+
+def tick_topic(settings: StreamSettings) -> str:
+    """Name of the internal tick topic (one per app id, co-partitioned)."""
+    return f"{settings.app_id}-tick"
+
+
+def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str]:
+    """Create Mycroft's topics and the tick topic with ``settings.partitions``.
+
+    Faust does not create source topics and its tables need the same partition
+    count on every co-partitioned topic, so this runs before the worker starts.
+
+    Raises:
+        BrokerError: the broker refused a topic.
+    """
+    topics = TopicSet(settings.prefix, settings.partitions)
+    created = create_topics(settings.bootstrap, topics, timeout_s=timeout_s)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    name = tick_topic(settings)
+    new = NewTopic(
+        name,
+        num_partitions=settings.partitions,
+        replication_factor=1,
+        config={"retention.ms": str(3_600_000)},
+    )
+    for topic, future in admin.create_topics([new], request_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(topic)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"cannot create topic {topic}: {err.str()}") from exc
+    return created

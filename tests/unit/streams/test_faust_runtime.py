@@ -1,0 +1,158 @@
+"""Pure runtime of the stream worker: clocks, routing, snapshots, dedup, rates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytest
+
+from mycroft.schemas.records import Anomaly, Record, RootCause, StateBatch
+from mycroft.schemas.vocab import FaultKind
+from mycroft.streams.faust_runtime import (
+    Finding,
+    JobRouter,
+    JobSlot,
+    comm_ops,
+    dump_slot,
+    is_fresh,
+    load_slot,
+    mark_sent,
+    rank_chunks,
+    record_job,
+    record_time_ns,
+)
+from tests.unit.samples import T0, all_records, completion_batch, state_batch
+
+
+@dataclass
+class FakeEngine:
+    """Emits an anomaly and a root-cause revision per marked batch."""
+
+    job_id: str
+    seen: list[int] = field(default_factory=list)
+    revision: int = -1
+
+    def ingest(self, record: Record, now_ns: int) -> None:
+        if isinstance(record, StateBatch):
+            self.seen.append(record.header.agent_seq)
+
+    def evaluate(self, now_ns: int) -> Sequence[Finding]:
+        if not self.seen or self.seen[-1] != 99:
+            return []
+        self.revision += 1
+        a = Anomaly(
+            f"a{self.revision}",
+            self.job_id,
+            FaultKind.HANG,
+            (1,),
+            (3,),
+            T0,
+            now_ns,
+            "fake",
+            "stuck",
+        )
+        rc = RootCause(
+            "inc-1",
+            self.revision,
+            self.job_id,
+            FaultKind.HANG,
+            (),
+            (),
+            (a.anomaly_id,),
+            T0,
+            now_ns,
+            now_ns,
+        )
+        return [a, rc]
+
+
+def test_record_job_and_time() -> None:
+    recs = all_records()
+    assert {record_job(r) for r in recs} == {"job-1"}
+    assert record_time_ns(state_batch(3)) == T0 + 300_000_000
+    assert all(record_time_ns(r) >= T0 for r in recs)
+
+
+def test_clock_ages_with_wall_time_and_never_goes_back() -> None:
+    slot = JobSlot("j", 0, FakeEngine("j"))
+    assert slot.now_ns(5.0) == 0
+    slot.observe(T0, wall_s=10.0)
+    assert slot.now_ns(10.0) == T0
+    assert slot.now_ns(12.5) == T0 + 2_500_000_000  # no records: a hang still ages
+    slot.observe(T0 - 1, wall_s=13.0)  # late record: clock unchanged
+    assert slot.now_ns(13.0) == T0 + 3_000_000_000
+    assert slot.now_ns(9.0) == T0  # wall clock never makes time run backwards
+
+
+def test_router_groups_jobs_by_partition_and_drops_revoked() -> None:
+    router = JobRouter(FakeEngine)
+    a, b = router.slot("a", 0), router.slot("b", 1)
+    assert router.slot("a", 0) is a
+    assert router.on_partition(0) == [a] and router.on_partition(1) == [b]
+    router.drop([0])
+    assert list(router.slots) == ["b"]
+
+
+def test_snapshot_roundtrip_restarts_clock_at_restore() -> None:
+    slot = JobSlot("j", 1, FakeEngine("j", seen=[1, 2]))
+    slot.observe(T0, wall_s=100.0)
+    back = load_slot(dump_slot(slot), 1, wall_s=5.0)
+    assert back.trace_ns == T0 and back.now_ns(5.0) == T0  # downtime is not silence
+    assert isinstance(back.engine, FakeEngine) and back.engine.seen == [1, 2]
+
+
+def test_restore_once_per_assignment_and_never_over_live_engines() -> None:
+    live = JobSlot("live", 0, FakeEngine("live", seen=[7]))
+    blobs = [
+        ("old", dump_slot(JobSlot("old", 0, FakeEngine("old", seen=[1])))),
+        ("live", dump_slot(JobSlot("live", 0, FakeEngine("live")))),
+    ]
+    router = JobRouter(FakeEngine, slots={"live": live})
+    assert router.restore(blobs, 0, 1.0) == 1
+    assert router.slots["live"] is live
+    assert router.restore(blobs, 0, 1.0) == 0  # already loaded
+    router.drop([0])
+    assert router.restore(blobs, 0, 1.0) == 2  # reassigned: reload
+
+
+def test_dedup_one_root_cause_per_revision_and_anomaly_once() -> None:
+    engine = FakeEngine("j", seen=[99])
+    state: dict[str, object] | None = None
+    sent: list[Finding] = []
+    findings = list(engine.evaluate(T0)) + list(engine.evaluate(T0 + 1))
+    replay = FakeEngine("j", seen=[99])  # a restored engine re-emits the same
+    findings += list(replay.evaluate(T0 + 2))
+    for f in findings:
+        if is_fresh(state, f):
+            sent.append(f)
+            state = mark_sent(state, f)
+    keys = [(f.incident_id, f.revision) for f in sent if isinstance(f, RootCause)]
+    assert keys == [("inc-1", 0), ("inc-1", 1)]
+    assert [f.anomaly_id for f in sent if isinstance(f, Anomaly)] == ["a0", "a1"]
+
+
+def test_dedup_state_is_json_and_bounded() -> None:
+    state = None
+    for i in range(3000):
+        state = mark_sent(
+            state, Anomaly(f"a{i}", "j", FaultKind.HANG, (), (), 0, 0, "d", "")
+        )
+    assert state is not None and len(state["anomalies"]) == 2048
+    assert not is_fresh(
+        state, Anomaly("a2999", "j", FaultKind.HANG, (), (), 0, 0, "d", "")
+    )
+
+
+def test_rates_from_completion_batch() -> None:
+    batch = completion_batch()
+    assert rank_chunks(batch) == {0: 64, 1: 64}
+    assert comm_ops(batch) == {int(batch.op["comm"][0]): 1}
+    empty = completion_batch()
+    empty.op = empty.op[:0]
+    assert rank_chunks(empty) == {} and comm_ops(empty) == {}
+
+
+@pytest.mark.parametrize("seq", [0, 5])
+def test_state_batch_rows_are_records(seq: int) -> None:
+    assert len(state_batch(seq).rc) == 8
