@@ -27,9 +27,14 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"== {name}", flush=True)
         script = BENCH / f"{name}.py"
-        subprocess.run([sys.executable, str(script), *BENCHMARKS[name]],
-                       check=True, cwd=BENCH.parent)
-    subprocess.run([sys.executable, str(BENCH / "report.py")], check=True, cwd=BENCH.parent)
+        subprocess.run(
+            [sys.executable, str(script), *BENCHMARKS[name]],
+            check=True,
+            cwd=BENCH.parent,
+        )
+    subprocess.run(
+        [sys.executable, str(BENCH / "report.py")], check=True, cwd=BENCH.parent
+    )
     return 0
 
 
