@@ -1,0 +1,187 @@
+"""``mycroft simulate``: run the cluster simulator to a trace file or to Kafka.
+
+Examples::
+
+    mycroft simulate --ranks 64 --tp 8 --pp 2 --dp 4 --duration 30 \\
+        --fault nic-bandwidth:rank=9,at=12,severity=0.8 \\
+        --out run.trace.gz --truth run.truth.json
+    mycroft simulate --ranks 64 --tp 8 --pp 2 --dp 4 --duration 120 \\
+        --kafka localhost:9092 --truth live.truth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from mycroft.errors import ConfigError, MycroftError
+from mycroft.producers.sim.config import SimConfig, from_ranks
+from mycroft.producers.sim.engine import SimResult, simulate
+from mycroft.producers.sim.faults import FAULTS, parse_spec
+from mycroft.producers.tracefile import RecordWriter, TraceFileWriter
+from mycroft.schemas.records import Record
+
+log = logging.getLogger(__name__)
+
+
+class PacedWriter:
+    """Hold each record until its trace time has come in wall-clock time."""
+
+    def __init__(self, inner: RecordWriter, start_ns: int) -> None:
+        self.inner = inner
+        self.start_ns = start_ns
+        self.t0 = time.monotonic()
+
+    def write(self, record: Record, ts_ns: int) -> None:
+        """Sleep until ``ts_ns`` is due, then pass the record on."""
+        delay = (ts_ns - self.start_ns) / 1e9 - (time.monotonic() - self.t0)
+        if delay > 0:
+            time.sleep(delay)
+        self.inner.write(record, ts_ns)
+
+    def close(self) -> None:
+        """Close the inner writer."""
+        self.inner.close()
+
+
+class KafkaWriter:
+    """Publish records live through :class:`mycroft.kafka_client.RecordPublisher`."""
+
+    def __init__(self, bootstrap: str, prefix: str = "") -> None:
+        from mycroft.kafka_client import RecordPublisher, create_topics  # noqa: PLC0415
+        from mycroft.topics import TopicSet  # noqa: PLC0415
+
+        topics = TopicSet(prefix)
+        create_topics(bootstrap, topics)
+        self.publisher = RecordPublisher(bootstrap, topics)
+
+    def write(self, record: Record, ts_ns: int) -> None:
+        """Queue one record and serve delivery callbacks."""
+        self.publisher.publish(record)
+        self.publisher.poll(0)
+
+    def close(self) -> None:
+        """Wait for outstanding deliveries."""
+        left = self.publisher.flush()
+        stats = self.publisher.stats
+        if left or stats.failed:
+            log.warning(
+                "kafka: %d undelivered, %d failed (%s)",
+                left,
+                stats.failed,
+                stats.last_error,
+            )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``mycroft simulate``."""
+    p = argparse.ArgumentParser(
+        prog="mycroft simulate",
+        description="Simulate an LLM training job's collectives, with labelled faults.",
+        epilog="faults: "
+        + ", ".join(FAULTS)
+        + ". SPEC is NAME[:key=value,...] with keys rank, peer, host, at (s), "
+        "duration (s), severity (0..1) and, per fault, period/down (link-flap), "
+        "stall/every (proxy-delay), count (switch-congestion, net-background-traffic).",
+    )
+    p.add_argument("--ranks", type=int, required=True, help="world size = tp*pp*dp")
+    p.add_argument("--tp", type=int, default=8, help="tensor parallel size (in a host)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--dp", type=int, default=1, help="data parallel replicas")
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="inject a fault (repeatable)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duration", type=float, default=30.0, help="virtual seconds")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", type=Path, help="trace file (.gz compresses)")
+    out.add_argument("--kafka", metavar="BOOTSTRAP", help="publish live to Kafka")
+    p.add_argument("--topic-prefix", default="", help="prefix of the Kafka topics")
+    p.add_argument("--truth", type=Path, required=True, help="ground-truth JSON file")
+    p.add_argument("--job-id", default="sim")
+    p.add_argument("--interval-ms", type=int, default=100)
+    pace = p.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--realtime",
+        dest="realtime",
+        action="store_true",
+        default=None,
+        help="pace records to wall-clock time (default with --kafka)",
+    )
+    pace.add_argument(
+        "--fast",
+        dest="realtime",
+        action="store_false",
+        help="as fast as possible (default with --out)",
+    )
+    return p
+
+
+def config_from(args: argparse.Namespace) -> SimConfig:
+    """Build and validate the simulation config from parsed arguments."""
+    tp, pp, dp = from_ranks(args.ranks, args.tp, args.pp, args.dp)
+    cfg = SimConfig(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        duration_s=args.duration,
+        interval_ms=args.interval_ms,
+        seed=args.seed,
+        job_id=args.job_id,
+    )
+    if args.kafka:
+        now_ns = time.time_ns() // 1_000_000 * 1_000_000
+        cfg = dataclasses.replace(cfg, start_ns=now_ns)
+    cfg.validate()
+    return cfg
+
+
+def run(args: argparse.Namespace) -> SimResult:
+    """Run one simulation as the arguments say; write the truth file."""
+    cfg = config_from(args)
+    specs = [parse_spec(s) for s in args.fault]
+    writer: RecordWriter = (
+        KafkaWriter(args.kafka, args.topic_prefix)
+        if args.kafka
+        else TraceFileWriter(args.out)
+    )
+    realtime = bool(args.kafka) if args.realtime is None else args.realtime
+    if realtime:
+        writer = PacedWriter(writer, cfg.start_ns)
+    try:
+        result = simulate(cfg, specs, writer)
+    finally:
+        writer.close()
+    args.truth.write_text(json.dumps(result.truth(), indent=2) + "\n")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``mycroft simulate``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        started = time.monotonic()
+        result = run(args)
+    except ConfigError as exc:
+        print(f"mycroft simulate: error: {exc}", file=sys.stderr)
+        return 2
+    except MycroftError as exc:
+        print(f"mycroft simulate: failed: {exc}", file=sys.stderr)
+        return 1
+    print(
+        f"simulated {result.config.ranks} ranks x {result.config.duration_s:g} s: "
+        f"{result.iterations} iterations, {result.records} records, "
+        f"{len(result.faults)} fault(s), {time.monotonic() - started:.1f} s wall"
+    )
+    return 0

@@ -1,0 +1,147 @@
+"""Frozen configuration of a simulated job: shape, hardware and workload.
+
+Units are in the names: ``_s`` seconds, ``_gbps`` gigabytes (1e9 bytes) per
+second, ``_bytes`` bytes. Nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mycroft.errors import ConfigError
+
+DEFAULT_EPOCH_S = 1_767_225_600
+"""Trace start of file output: 2026-01-01T00:00Z, fixed for determinism."""
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Links, latencies and NCCL settings of every host (all hosts alike)."""
+
+    gpus_per_host: int = 8
+    gpus_per_nic: int = 2
+    nvlink_gbps: float = 150.0
+    nic_gbps: float = 50.0
+    pcie_gbps: float = 48.0
+    gpu_copy_gbps: float = 400.0
+    nvlink_latency_s: float = 3e-6
+    net_latency_s: float = 8e-6
+    proxy_latency_s: float = 4e-6
+    launch_latency_s: float = 10e-6
+    chunk_bytes: int = 1 << 20
+    buffer_chunks: int = 8
+    tp_channels: int = 4
+    pp_channels: int = 2
+    dp_channels: int = 4
+    clock_offset_s: float = 0.003
+    jitter: float = 0.03
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` when a value cannot work."""
+        if self.gpus_per_host < 1 or self.gpus_per_nic < 1:
+            raise ConfigError("gpus_per_host and gpus_per_nic must be >= 1")
+        if self.gpus_per_host % self.gpus_per_nic:
+            raise ConfigError(
+                f"gpus_per_nic={self.gpus_per_nic} must divide "
+                f"gpus_per_host={self.gpus_per_host}"
+            )
+        rates = (self.nvlink_gbps, self.nic_gbps, self.pcie_gbps, self.gpu_copy_gbps)
+        if min(rates) <= 0 or self.chunk_bytes < 1:
+            raise ConfigError("link rates and chunk_bytes must be positive")
+        if min(self.tp_channels, self.pp_channels, self.dp_channels) < 1:
+            raise ConfigError("every channel count must be >= 1")
+        if not 0 <= self.jitter < 0.5:
+            raise ConfigError(f"jitter={self.jitter} must be in [0, 0.5)")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One training iteration: GPipe micro-batches, then the data-parallel step."""
+
+    micro_batches: int = 8
+    fwd_compute_s: float = 0.020
+    bwd_compute_s: float = 0.040
+    optimizer_s: float = 0.015
+    tp_allreduces: int = 2
+    tp_bytes: int = 8 << 20
+    pp_bytes: int = 32 << 20
+    dp_bytes: int = 1 << 30
+    straggler_prob: float = 0.003
+    straggler_slowdown: float = 0.3
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` when a value cannot work."""
+        if self.micro_batches < 1 or self.tp_allreduces < 1:
+            raise ConfigError("micro_batches and tp_allreduces must be >= 1")
+        times = (self.fwd_compute_s, self.bwd_compute_s, self.optimizer_s)
+        if min(times) <= 0:
+            raise ConfigError("compute times must be positive")
+        if min(self.tp_bytes, self.pp_bytes, self.dp_bytes) < 1:
+            raise ConfigError("message sizes must be >= 1 byte")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """A simulated job. Ranks are ``tp * pp * dp``; TP lives inside a host."""
+
+    tp: int
+    pp: int
+    dp: int
+    duration_s: float = 10.0
+    interval_ms: int = 100
+    seed: int = 0
+    job_id: str = "sim"
+    start_ns: int = DEFAULT_EPOCH_S * 1_000_000_000
+    hardware: Hardware = field(default_factory=Hardware)
+    workload: Workload = field(default_factory=Workload)
+
+    @property
+    def ranks(self) -> int:
+        """World size."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def hosts(self) -> int:
+        """Number of hosts (the last one may be partly used)."""
+        gph = self.hardware.gpus_per_host
+        return (self.ranks + gph - 1) // gph
+
+    @property
+    def interval_s(self) -> float:
+        """Sampling interval in seconds."""
+        return self.interval_ms / 1000.0
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the flag to change."""
+        self.hardware.validate()
+        self.workload.validate()
+        if min(self.tp, self.pp, self.dp) < 1:
+            raise ConfigError("--tp, --pp and --dp must all be >= 1")
+        gph = self.hardware.gpus_per_host
+        if self.tp > gph or gph % self.tp:
+            raise ConfigError(
+                f"--tp {self.tp} must divide the {gph} GPUs of a host "
+                "(tensor parallelism stays inside a host)"
+            )
+        if self.ranks > gph and self.ranks % gph:
+            raise ConfigError(
+                f"tp*pp*dp = {self.ranks} must be a multiple of {gph} GPUs per host"
+            )
+        if self.duration_s <= 0:
+            raise ConfigError("--duration must be positive")
+        if not 10 <= self.interval_ms <= 10_000:
+            raise ConfigError("--interval-ms must be between 10 and 10000")
+
+
+def from_ranks(ranks: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:
+    """Check ``ranks == tp * pp * dp``; return ``(tp, pp, dp)``.
+
+    Raises:
+        ConfigError: the product does not match; the message says what to change.
+    """
+    if ranks != tp * pp * dp:
+        raise ConfigError(
+            f"--ranks {ranks} must equal --tp x --pp x --dp = "
+            f"{tp} x {pp} x {dp} = {tp * pp * dp}; change one of them"
+        )
+    return tp, pp, dp

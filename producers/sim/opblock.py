@@ -1,0 +1,103 @@
+"""One collective (or p2p) op of many communicators at once, and its counters.
+
+An :class:`OpBlock` holds the rows (rank x op) of one scheduled op across all
+communicators of a role. Each row has flows (channel x peer x direction); the
+progress of a flow is described per ring step ``k`` and per counter ``c`` (0:
+gpu_ready, 1: transmitted, 2: done) by an interval ``[b, e]`` during which that
+counter moves the step's ``cps`` chunks linearly. ``e = inf`` means the step
+never finishes (a hang): the counter stops at the step's start. Times are
+float seconds since the simulation start on the reference clock.
+
+Within one counter the step intervals never overlap, and ``b``/``e`` of
+gpu_ready <= transmitted <= done step by step, so the counters are monotone
+and ``total >= gpu_ready >= transmitted >= done`` holds by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+GPU_READY, TRANSMITTED, DONE = range(3)
+
+
+@dataclass
+class OpBlock:
+    """Rows of one op of many communicators (shape ``R`` rows, ``F`` flows)."""
+
+    rank: np.ndarray
+    comm: np.ndarray
+    seq: np.ndarray
+    kind: np.ndarray
+    algo: int
+    proto: int
+    nbytes: np.ndarray
+    issue: np.ndarray
+    times: np.ndarray
+    fdir: np.ndarray
+    fchan: np.ndarray
+    fpeer: np.ndarray
+    fcps: np.ndarray
+    fdelta: np.ndarray
+    slot: np.ndarray
+    host: np.ndarray
+    proc_dead: np.ndarray
+    first: np.ndarray = field(init=False)
+    last: np.ndarray = field(init=False)
+    start: np.ndarray = field(init=False)
+    end: np.ndarray = field(init=False)
+    steps: int = field(init=False)
+    t_lo: float = field(init=False)
+    t_hi: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        rows = np.arange(len(self.rank))[:, None]
+        self.first = self.times[rows, self.fdir, GPU_READY, 0, 0] + self.fdelta
+        self.last = self.times[rows, self.fdir, DONE, 1, -1] + self.fdelta
+        self.start = self.first.min(axis=1)
+        self.end = self.last.max(axis=1)
+        self.steps = int(self.times.shape[-1])
+        issued = np.isfinite(self.issue)
+        self.t_lo = float(self.issue[issued].min()) if issued.any() else np.inf
+        self.t_hi = float(self.end[issued].max()) if issued.any() else -np.inf
+
+    @property
+    def nflows(self) -> int:
+        """Flows per row."""
+        return int(self.fdir.shape[1])
+
+    def total(self, rows: np.ndarray) -> np.ndarray:
+        """Chunks each flow of ``rows`` moves for the op."""
+        total: np.ndarray = self.fcps[rows] * self.steps
+        return total
+
+    def counters(
+        self, rows: np.ndarray, t: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Counters ``(m, F, 3)`` and last-change time ``(m, F)`` at times ``t``.
+
+        Args:
+            rows: row indices to evaluate.
+            t: evaluation time of each row (reference clock, seconds).
+
+        Returns:
+            Cumulative chunks per counter, and the time any counter of the flow
+            last changed (``-inf``: never).
+        """
+        tf = self.times[rows[:, None], self.fdir[rows]]
+        b, e = tf[..., 0, :], tf[..., 1, :]
+        delta = self.fdelta[rows]
+        x = (t[:, None] - delta)[:, :, None, None]
+        cps = self.fcps[rows][:, :, None, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frac = np.where(x >= e, 1.0, np.where(x > b, (x - b) / (e - b), 0.0))
+            chunks = np.floor(frac * cps)
+            reach = np.where(frac >= 1.0, e, b + chunks / cps * (e - b))
+        reach = np.where(chunks > 0, reach, -np.inf)
+        value = chunks.sum(axis=-1).astype(np.int32)
+        value[..., TRANSMITTED] = np.minimum(
+            value[..., TRANSMITTED], value[..., GPU_READY]
+        )
+        value[..., DONE] = np.minimum(value[..., DONE], value[..., TRANSMITTED])
+        return value, reach.max(axis=(-1, -2)) + delta

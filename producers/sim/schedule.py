@@ -1,0 +1,175 @@
+"""The training program of every rank: GPipe micro-batches, then the DP step.
+
+One iteration, all stages at once (each call covers every DP x TP replica)::
+
+    forward  j = 0..m-1, stage s = 0..pp-1:
+        recv activations from s-1 (pair comm), then tp_allreduces x
+        (compute segment, TP allreduce)
+    backward j = 0..m-1, stage s = pp-1..0:
+        recv gradients from s+1, then tp_allreduces x (compute, TP allreduce)
+    DP: reducescatter(gradients), optimizer compute, allgather(parameters)
+
+``ready[r]`` is when rank ``r``'s GPU stream is free for its next kernel. The
+CPU runs ahead: it enqueues (issues) an op while the compute before it still
+runs (up to ``RUNAHEAD`` of that compute), so ops sit in flight with zero
+progress before they start, as under PyTorch. A recv therefore waits in
+flight through the pipeline bubble.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mycroft.producers.sim.collective import OpRequest, Physics
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.effects import Effects
+from mycroft.producers.sim.layout import DP, PP_NEXT, PP_PREV, TP, Layout
+from mycroft.producers.sim.opblock import OpBlock
+
+RUNAHEAD = 0.8
+"""Fraction of the preceding compute during which the CPU enqueues the next op."""
+
+
+class Schedule:
+    """Advance all ranks one iteration at a time, collecting op blocks."""
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        layout: Layout,
+        effects: Effects,
+        physics: Physics,
+        rng: np.random.Generator,
+    ) -> None:
+        self.cfg = cfg
+        self.wl = cfg.workload
+        self.layout = layout
+        self.fx = effects
+        self.phys = physics
+        self.rng = rng
+        n = layout.nranks
+        self.ready = rng.uniform(0.0, 0.01, n)
+        self.started = self.ready.copy()
+        self.cpu = self.ready.copy()
+        self.segment = np.zeros(n)
+        host_speed = 1.0 + 0.01 * rng.standard_normal(layout.nhosts)
+        self.speed = np.clip(host_speed, 0.97, 1.03)[layout.host_of]
+        self.tp_seq = np.zeros(len(layout.tp.comm), dtype=np.int64)
+        self.dp_seq = np.zeros(len(layout.dp.comm), dtype=np.int64)
+        self.pp_seq = [np.zeros(len(g.comm), dtype=np.int64) for g in layout.pp]
+        self.blocks: list[OpBlock] = []
+        self.iterations = 0
+
+    @property
+    def horizon_s(self) -> float:
+        """No op issued from now on starts before this time."""
+        live = self.ready[np.isfinite(self.ready)]
+        return float(live.min()) if len(live) else np.inf
+
+    def iteration(self) -> None:
+        """Schedule one full training iteration of every rank."""
+        m, pp = self.wl.micro_batches, self.cfg.pp
+        for _ in range(m):
+            for s in range(pp):
+                if s > 0:
+                    self._pipe(s - 1, forward=True)
+                self._stage(s, self.wl.fwd_compute_s)
+        for _ in range(m):
+            for s in reversed(range(pp)):
+                if s < pp - 1:
+                    self._pipe(s, forward=False)
+                self._stage(s, self.wl.bwd_compute_s)
+        self._data_parallel()
+        self.iterations += 1
+
+    def _compute(self, ranks: np.ndarray, seconds: float) -> None:
+        t = self.ready[ranks]
+        jitter = np.exp(
+            self.cfg.hardware.jitter * self.rng.standard_normal(ranks.shape)
+        )
+        slow = self.rng.random(ranks.shape) < self.wl.straggler_prob
+        jitter = np.where(slow, jitter * (1 + self.wl.straggler_slowdown), jitter)
+        mult = self.fx.compute_mult(ranks, t) * self.speed[ranks]
+        duration = seconds * jitter * mult
+        self.ready[ranks] = t + duration
+        self.segment[ranks] = duration
+
+    def _issue(self, ranks: np.ndarray) -> np.ndarray:
+        """CPU enqueue times of the next op of ``ranks`` (stalls applied)."""
+        ahead = self.ready[ranks] - RUNAHEAD * self.segment[ranks]
+        t = np.maximum(self.cpu[ranks], ahead)
+        t = self.fx.take_stall(ranks, t)
+        t = np.where(t > self.fx.proc_dead[ranks], np.inf, t)
+        self.cpu[ranks] = t
+        self.segment[ranks] = 0.0
+        return t
+
+    def _stage(self, s: int, seconds: float) -> None:
+        grid = self.layout.grid[s]
+        ranks = grid.reshape(-1, self.cfg.tp)
+        for _ in range(self.wl.tp_allreduces):
+            self._compute(grid, seconds / self.wl.tp_allreduces)
+            if self.cfg.tp > 1:
+                rows = np.arange(s * self.cfg.dp, (s + 1) * self.cfg.dp)
+                self._ring("allreduce", TP, ranks, rows, self.wl.tp_bytes)
+
+    def _ring(
+        self, kind: str, role: int, ranks: np.ndarray, rows: np.ndarray, nbytes: int
+    ) -> None:
+        group = self.layout.tp if role == TP else self.layout.dp
+        seqs = self.tp_seq if role == TP else self.dp_seq
+        hw = self.cfg.hardware
+        channels = hw.tp_channels if role == TP else hw.dp_channels
+        issue = self._issue(ranks)
+        req = OpRequest(
+            kind,
+            ranks,
+            group.comm[rows],
+            seqs[rows].copy(),
+            issue,
+            nbytes,
+            channels,
+            self.ready[ranks],
+        )
+        mismatch_role = DP if self.cfg.dp > 1 else TP
+        culprit = self.fx.take_mismatch(ranks, issue) if role == mismatch_role else None
+        self._add(self.phys.ring(req, culprit), role)
+        seqs[rows] += 1
+
+    def _pipe(self, p: int, forward: bool) -> None:
+        group = self.layout.pp[p]
+        pairs = group.ranks if forward else group.ranks[:, ::-1]
+        issue = self._issue(pairs)
+        req = OpRequest(
+            "send",
+            pairs,
+            group.comm,
+            self.pp_seq[p].copy(),
+            issue,
+            self.wl.pp_bytes,
+            self.cfg.hardware.pp_channels,
+            self.ready[pairs],
+        )
+        block = self.phys.p2p(req)
+        roles = np.tile(
+            [PP_NEXT, PP_PREV] if forward else [PP_PREV, PP_NEXT], len(pairs)
+        )
+        self._add(block, roles)
+        self.pp_seq[p] += 1
+
+    def _data_parallel(self) -> None:
+        grid = self.layout.grid
+        if self.cfg.dp < 2:
+            self._compute(grid.ravel(), self.wl.optimizer_s)
+            return
+        ranks = self.layout.dp.ranks
+        rows = np.arange(len(ranks))
+        self._ring("reducescatter", DP, ranks, rows, self.wl.dp_bytes)
+        self._compute(grid.ravel(), self.wl.optimizer_s)
+        self._ring("allgather", DP, ranks, rows, self.wl.dp_bytes)
+
+    def _add(self, block: OpBlock, role: int | np.ndarray) -> None:
+        block.slot = self.layout.slot_of[block.rank, role]
+        self.ready[block.rank] = block.end
+        if np.isfinite(block.issue).any():
+            self.blocks.append(block)

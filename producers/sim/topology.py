@@ -1,0 +1,75 @@
+"""Topology records: where each rank runs and its communicators' rings."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.layout import CommGroup, Layout, host_ip, host_name
+from mycroft.schemas.records import (
+    ChannelTopology,
+    CommMembership,
+    Connection,
+    RankTopology,
+    Topology,
+)
+
+
+def _channels(cfg: SimConfig, role: str) -> int:
+    hw = cfg.hardware
+    return {"tp": hw.tp_channels, "dp": hw.dp_channels}.get(role, hw.pp_channels)
+
+
+def _membership(
+    cfg: SimConfig, layout: Layout, group: CommGroup, g: int, i: int
+) -> CommMembership:
+    members = group.ranks[g]
+    n = len(members)
+    prev, nxt = int(members[(i - 1) % n]), int(members[(i + 1) % n])
+    me = int(members[i])
+    channels = range(_channels(cfg, group.role))
+    host = layout.host_of
+    conns: list[Connection] = []
+    for c in channels:
+        for peer, direction in ((nxt, "send"), (prev, "recv")):
+            transport = "p2p" if host[peer] == host[me] else "net"
+            conns.append(Connection(peer, c, direction, transport))
+    return CommMembership(
+        comm=int(group.comm[g]),
+        name=group.role,
+        nranks=n,
+        comm_rank=i,
+        ranks=tuple(int(r) for r in members),
+        channels=tuple(ChannelTopology(c, prev, nxt, -1) for c in channels),
+        connections=tuple(conns),
+    )
+
+
+def _memberships(cfg: SimConfig, layout: Layout) -> dict[int, list[CommMembership]]:
+    out: dict[int, list[CommMembership]] = {r: [] for r in range(layout.nranks)}
+    for group in layout.groups():
+        for g, members in enumerate(group.ranks):
+            for i, rank in enumerate(members):
+                out[int(rank)].append(_membership(cfg, layout, group, g, i))
+    return out
+
+
+def topologies(cfg: SimConfig, layout: Layout, offsets_s: np.ndarray) -> list[Topology]:
+    """One Topology per host, taken at the trace start on the host's clock."""
+    comms = _memberships(cfg, layout)
+    gpn = cfg.hardware.gpus_per_nic
+    out = []
+    for h in range(layout.nhosts):
+        ranks = tuple(
+            RankTopology(
+                rank=int(r),
+                local_rank=int(layout.local_of[r]),
+                gpu=f"0000:{0x18 + 0x10 * int(layout.local_of[r]):02x}:00.0",
+                nic=f"mlx5_{int(layout.local_of[r]) // gpn}",
+                comms=tuple(comms[int(r)]),
+            )
+            for r in layout.host_ranks(h)
+        )
+        ts_ns = cfg.start_ns + round(float(offsets_s[h]) * 1e9)
+        out.append(Topology(cfg.job_id, host_name(h), host_ip(h), ts_ns, ranks))
+    return out

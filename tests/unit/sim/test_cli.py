@@ -1,0 +1,100 @@
+"""``mycroft simulate`` flags, validation and the truth file; fault spec parsing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mycroft.errors import ConfigError
+from mycroft.producers.sim.cli import main
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.faults import parse_spec, resolve
+from mycroft.producers.tracefile import read_records
+from mycroft.schemas.records import StateBatch
+
+
+def test_cli_writes_trace_and_truth(tmp_path: Path) -> None:
+    out, truth = tmp_path / "t.trace", tmp_path / "t.json"
+    code = main(
+        [
+            "--ranks",
+            "32",
+            "--tp",
+            "8",
+            "--pp",
+            "2",
+            "--dp",
+            "2",
+            "--duration",
+            "1.5",
+            "--seed",
+            "5",
+            "--job-id",
+            "j1",
+            "--fault",
+            "gpu-hang:rank=3,at=0.5",
+            "--out",
+            str(out),
+            "--truth",
+            str(truth),
+        ]
+    )
+    assert code == 0
+    doc = json.loads(truth.read_text())
+    assert doc["trace_start_s"] == 1767225600.0
+    assert doc["faults"][0]["fault"] == "gpu-hang"
+    assert doc["faults"][0]["rank"] == 3
+    assert doc["faults"][0]["onset_s"] == pytest.approx(1767225600.5)
+    states = [r for _, r in read_records(out) if isinstance(r, StateBatch)]
+    assert len(states) == 15 * 4
+    assert {s.header.job_id for s in states} == {"j1"}
+
+
+def test_cli_rejects_bad_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--out", str(tmp_path / "x"), "--truth", str(tmp_path / "y")]
+    assert main(["--ranks", "60", "--tp", "8", "--pp", "2", "--dp", "4", *args]) == 2
+    assert "--tp x --pp x --dp" in capsys.readouterr().err
+    assert main(["--ranks", "48", "--tp", "3", "--pp", "1", "--dp", "16", *args]) == 2
+    assert "must divide" in capsys.readouterr().err
+    assert main(["--ranks", "8", "--tp", "8", "--fault", "nic-down", *args]) == 2
+    assert "at least 2 hosts" in capsys.readouterr().err
+    assert (
+        main(["--ranks", "16", "--tp", "8", "--dp", "2", "--fault", "bogus", *args])
+        == 2
+    )
+    assert "unknown fault" in capsys.readouterr().err
+
+
+def test_parse_spec_validates_keys() -> None:
+    spec = parse_spec("link-flap:rank=3,period=0.5,down=0.1")
+    assert spec.params == {"rank": "3", "period": "0.5", "down": "0.1"}
+    with pytest.raises(ConfigError, match="key one of"):
+        parse_spec("nic-down:colour=red")
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_spec("nic-down:rank")
+
+
+def test_omitted_keys_are_drawn_deterministically() -> None:
+    cfg = SimConfig(tp=8, pp=2, dp=2, duration_s=10.0)
+    a = resolve(parse_spec("nic-bandwidth"), cfg, np.random.default_rng(1))
+    b = resolve(parse_spec("nic-bandwidth"), cfg, np.random.default_rng(1))
+    assert a == b
+    assert 3.0 <= a.at_s <= 5.0
+    assert 0.0 < a.severity < 1.0
+    assert a.rank is not None and len(a.ranks) == 2
+
+
+def test_resolve_rejects_out_of_range() -> None:
+    cfg = SimConfig(tp=8, pp=2, dp=2, duration_s=10.0)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ConfigError, match="rank"):
+        resolve(parse_spec("gpu-hang:rank=32"), cfg, rng)
+    with pytest.raises(ConfigError, match="not before"):
+        resolve(parse_spec("gpu-hang:at=12"), cfg, rng)
+    with pytest.raises(ConfigError, match="severity"):
+        resolve(parse_spec("gpu-power-cap:severity=1.5"), cfg, rng)
