@@ -17,11 +17,27 @@ def tick_topic(settings: StreamSettings) -> str:
     return f"{settings.app_id}-tick"
 
 
+TABLES: dict[str, str] = {
+    "engine-snapshots": "compact",
+    "emitted": "compact",
+    "rank-chunks": "compact,delete",
+    "comm-ops": "compact,delete",
+}
+"""Tables of the worker and the cleanup policy of their changelog topics."""
+
+
+def changelog_topic(settings: StreamSettings, table: str) -> str:
+    """Name Faust gives the changelog topic of ``table``."""
+    return f"{settings.app_id}-{table}-changelog"
+
+
 def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str]:
-    """Create Mycroft's topics and the tick topic with ``settings.partitions``.
+    """Create Mycroft's topics, the tick topic and the table changelogs.
 
     Faust does not create source topics and its tables need the same partition
-    count on every co-partitioned topic, so this runs before the worker starts.
+    count on every co-partitioned topic; it also raced its own creation of the
+    windowed tables' changelogs (PartitionsMismatch against a topic of 0
+    partitions), so every topic is created here before the worker starts.
 
     Raises:
         BrokerError: the broker refused a topic.
@@ -29,14 +45,24 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
     topics = TopicSet(settings.prefix, settings.partitions)
     created = create_topics(settings.bootstrap, topics, timeout_s=timeout_s)
     admin = AdminClient({"bootstrap.servers": settings.bootstrap})
-    name = tick_topic(settings)
-    new = NewTopic(
-        name,
-        num_partitions=settings.partitions,
-        replication_factor=1,
-        config={"retention.ms": str(3_600_000)},
-    )
-    for topic, future in admin.create_topics([new], request_timeout=timeout_s).items():
+    new = [
+        NewTopic(
+            tick_topic(settings),
+            num_partitions=settings.partitions,
+            replication_factor=1,
+            config={"retention.ms": str(3_600_000)},
+        )
+    ]
+    new += [
+        NewTopic(
+            changelog_topic(settings, table),
+            num_partitions=settings.partitions,
+            replication_factor=1,
+            config={"cleanup.policy": policy, "max.message.bytes": str(16 << 20)},
+        )
+        for table, policy in TABLES.items()
+    ]
+    for topic, future in admin.create_topics(new, request_timeout=timeout_s).items():
         try:
             future.result(timeout=timeout_s)
             created.append(topic)

@@ -1,0 +1,257 @@
+"""``mycroft demo``: the whole pipeline live on this machine.
+
+1. starts a local Kafka broker (or uses ``--bootstrap``) and creates the topics;
+2. starts a Faust stream worker (``mycroft streams worker``);
+3. runs a simulated training job live into Kafka with one injected fault;
+4. prints anomalies and root causes as they arrive on their topics.
+
+The injected fault's label is read only here, after the fact, to print what
+was injected next to what Mycroft found; the pipeline never sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from mycroft.errors import MycroftError
+from mycroft.kafka_client import DecodingConsumer, create_topics
+from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.topics import TopicSet
+
+READY_MARK = "[^Worker]: Ready"
+MAX_ANOMALY_LINES = 6
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="mycroft demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--bootstrap", help="use this Kafka instead of starting one")
+    p.add_argument(
+        "--fault",
+        default="nic-down:at=12",
+        help="fault to inject, NAME[:key=value,...] (mycroft simulate --help)",
+    )
+    p.add_argument("--ranks", type=int, default=64)
+    p.add_argument("--tp", type=int, default=8)
+    p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--dp", type=int, default=4)
+    p.add_argument("--duration", type=float, default=30.0, help="simulated seconds")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--workdir", type=Path, help="keep logs here (default: a temp dir)")
+    return p
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[str]:
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "mycroft", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+
+
+def _stop(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _wait_ready(proc: subprocess.Popen[str], log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if READY_MARK in log.read_text():
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = "\n".join(log.read_text().splitlines()[-30:])
+    raise MycroftError(f"stream worker not ready (log {log}):\n{tail}")
+
+
+def _describe(record: Anomaly | RootCause, start_s: float) -> str:
+    if isinstance(record, Anomaly):
+        t = record.detected_ns / 1e9 - start_s
+        return f"  t={t:6.1f}s  anomaly   {record.kind.value:<9} {record.summary}"
+    t = record.resolved_ns / 1e9 - start_s
+    best = record.culprits[0] if record.culprits else None
+    head = f"  t={t:6.1f}s  ROOT CAUSE rev {record.revision}: {record.kind.value}"
+    if best is None:
+        return head + " (no culprit)"
+    flow = (
+        f" flow {best.rank}->{best.peer} ch{best.channel}"
+        if best.peer is not None
+        else ""
+    )
+    lines = [
+        f"{head} -> rank {best.rank} on {best.host}, component {best.component.value}"
+        f"{flow}, confidence {best.confidence:.2f}"
+    ]
+    lines += [f"               evidence: {e.fact}" for e in record.evidence[:4]]
+    return "\n".join(lines)
+
+
+def _watch(
+    consumer: DecodingConsumer, sim: subprocess.Popen[str], start_s: float, out: IO[str]
+) -> list[RootCause]:
+    found: list[RootCause] = []
+    anomalies = 0
+    grace_end: float | None = None
+    while grace_end is None or time.monotonic() < grace_end:
+        for _, record in consumer.poll(timeout_s=0.5):
+            if isinstance(record, Anomaly):
+                anomalies += 1
+                if anomalies <= MAX_ANOMALY_LINES:
+                    print(_describe(record, start_s), file=out, flush=True)
+            elif isinstance(record, RootCause):
+                print(_describe(record, start_s), file=out, flush=True)
+                found.append(record)
+        if grace_end is None and sim.poll() is not None:
+            grace_end = time.monotonic() + 5.0
+    if anomalies > MAX_ANOMALY_LINES:
+        print(
+            f"  ({anomalies - MAX_ANOMALY_LINES} more anomalies not shown: "
+            "one per affected communicator)",
+            file=out,
+        )
+    return found
+
+
+def _summary(truth_path: Path, found: list[RootCause]) -> str:
+    truth: dict[str, Any] = json.loads(truth_path.read_text())
+    lines = ["", "injected (ground truth, shown only for comparison):"]
+    for f in truth["faults"]:
+        lines.append(
+            f"  {f['fault']}: rank {f['rank']}, component {f['component']}, "
+            f"kind {f['kind']}, at t={f['at_s']:.1f}s"
+        )
+    if not found:
+        lines.append("Mycroft found no root cause.")
+        return "\n".join(lines)
+    latest = {rc.incident_id: rc for rc in found}
+    lines.append("Mycroft's root causes (latest revision of each incident):")
+    for rc in latest.values():
+        best = rc.culprits[0]
+        lines.append(
+            f"  {rc.kind.value}: rank {best.rank}, component {best.component.value}"
+            f" (detected {rc.detection_latency_s:.1f}s after onset, "
+            f"root cause {rc.rca_latency_s:.1f}s later)"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
+    """Run the demo; return 0 when Mycroft produced at least one root cause."""
+    with ExitStack() as stack:
+        workdir = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory())
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        bootstrap = args.bootstrap
+        if not bootstrap:
+            from mycroft.infra.kafka_broker import KafkaBroker  # noqa: PLC0415
+
+            broker = KafkaBroker(workdir / "broker")
+            stack.callback(broker.close)
+            print("starting Kafka ...", file=out, flush=True)
+            bootstrap = broker.start()
+        topics = TopicSet()
+        create_topics(bootstrap, topics)
+        print(f"Kafka at {bootstrap}; topics ready", file=out, flush=True)
+
+        worker_log = workdir / "worker.log"
+        worker = _spawn(
+            [
+                "streams",
+                "worker",
+                "--bootstrap",
+                bootstrap,
+                "--app-id",
+                f"mycroft-demo-{uuid.uuid4().hex[:6]}",
+                "--data-dir",
+                str(workdir / "faust"),
+                "--web-port",
+                "0",
+            ],
+            worker_log,
+        )
+        stack.callback(_stop, worker)
+        _wait_ready(worker, worker_log, 90)
+        print(f"stream worker ready (log: {worker_log})", file=out, flush=True)
+
+        consumer = DecodingConsumer(
+            bootstrap,
+            f"demo-{uuid.uuid4().hex[:6]}",
+            [topics.anomaly, topics.rootcause],
+            topics.deadletter,
+        )
+        stack.callback(consumer.close)
+        truth = workdir / "truth.json"
+        sim = _spawn(
+            [
+                "simulate",
+                "--ranks",
+                str(args.ranks),
+                "--tp",
+                str(args.tp),
+                "--pp",
+                str(args.pp),
+                "--dp",
+                str(args.dp),
+                "--seed",
+                str(args.seed),
+                "--duration",
+                str(args.duration),
+                "--fault",
+                args.fault,
+                "--kafka",
+                bootstrap,
+                "--truth",
+                str(truth),
+                "--job-id",
+                "demo-job",
+            ],
+            workdir / "simulate.log",
+        )
+        stack.callback(_stop, sim)
+        start_s = time.time()
+        print(
+            f"simulating {args.ranks} ranks (tp={args.tp} pp={args.pp} dp={args.dp}) "
+            f"for {args.duration:.0f}s with fault {args.fault!r} ...",
+            file=out,
+            flush=True,
+        )
+        found = _watch(consumer, sim, start_s, out)
+        if sim.returncode != 0:
+            print((workdir / "simulate.log").read_text()[-2000:], file=out)
+            return 1
+        print(_summary(truth, found), file=out, flush=True)
+        return 0 if found else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``mycroft demo``."""
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except MycroftError as exc:
+        print(f"mycroft demo: {exc}", file=sys.stderr)
+        return 1
