@@ -16,6 +16,8 @@ import numpy as np
 from mycroft.producers.ring_layout import (
     Beat,
     Comm,
+    CommName,
+    CommRanks,
     FlowDone,
     FlowProgress,
     OpDone,
@@ -76,6 +78,15 @@ class CommState:
     gpu: int = -1
     issued_seq: int = -1
     done_seq: int = -1
+    name: str = ""
+    members: list[int] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """Global ranks of the communicator in its order; () until all are known."""
+        if not self.members or min(self.members) < 0:
+            return ()
+        return tuple(self.members)
 
 
 @dataclass
@@ -145,8 +156,21 @@ class Aggregator:
             cs.nranks, cs.comm_rank = record.nranks, record.comm_rank
             cs.nchannels, cs.gpu = record.nchannels, record.gpu
             self.topology_changed = True
+        elif isinstance(record, CommRanks | CommName):
+            self._membership(st.comms.setdefault(record.comm, CommState()), record)
         elif not isinstance(record, Beat):  # pragma: no cover - exhaustive union
             raise TypeError(f"unknown ring record {record!r}")
+
+    def _membership(self, cs: CommState, record: CommRanks | CommName) -> None:
+        if isinstance(record, CommName):
+            cs.name = record.text
+        else:
+            if len(cs.members) != record.nranks:
+                cs.members = [-1] * max(record.nranks, 0)
+            for i, r in enumerate(record.ranks):
+                if 0 <= record.first + i < len(cs.members):
+                    cs.members[record.first + i] = r
+        self.topology_changed = True
 
     def _op(self, st: RankState, comm: int, seq: int) -> OpState:
         op = st.ops.get((comm, seq))

@@ -20,7 +20,7 @@ from mycroft.producers.agent import config
 from mycroft.producers.agent.daemon import Agent
 from mycroft.producers.agent.metrics import AgentMetrics
 from mycroft.producers.agent.shipper import KafkaTransport, Shipper
-from mycroft.producers.agent.sources import ReplaySource, RingSource, sim_unavailable
+from mycroft.producers.agent.sources import ReplaySource, RingSource, simulate_host
 from mycroft.producers.agent.spool import Spool
 from mycroft.topics import TopicSet
 
@@ -34,6 +34,8 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("ring-glob", str, "ring file pattern (default *.ring)"),
     ("replay-file", str, "trace file for --source replay"),
     ("replay-speed", float, "replay pace, 1.0 = real time, 0 = at once"),
+    ("sim-args", str, "mycroft simulate arguments for --source sim (no --out)"),
+    ("sim-start-s", float, "simulated job start, Unix s (0: aligned to 10 s)"),
     ("interval-ms", int, "sampling tick, ms (default 100)"),
     ("heartbeat-s", float, "heartbeat period, s (default 1)"),
     ("bootstrap", str, "Kafka bootstrap servers"),
@@ -95,19 +97,22 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
 
 def build_agent(s: config.Settings, registry: CollectorRegistry | None) -> Agent:
     """Wire the source, spool, Kafka transport and metrics of ``s``."""
-    if s.source == "sim":
-        raise sim_unavailable()
     if not s.bootstrap:
         raise ConfigError("bootstrap is required (--bootstrap or MYCROFT_BOOTSTRAP)")
     spool = Spool(
         s.spool_dir, s.spool_max_bytes, s.spool_segment_bytes, s.spool_fsync_s
     )
     topics = TopicSet(s.topic_prefix, s.partitions or None)
-    source: RingSource | ReplaySource = (
-        RingSource(s.ring_dir, s.ring_glob, spool.checkpoint)
-        if s.source == "ring"
-        else ReplaySource(s.replay_file, s.replay_speed, spool.checkpoint)
-    )
+    source: RingSource | ReplaySource
+    if s.source == "ring":
+        source = RingSource(s.ring_dir, s.ring_glob, spool.checkpoint)
+    elif s.source == "sim":
+        trace = simulate_host(
+            s.sim_args, s.host, s.job_id, Path(s.spool_dir), s.sim_start_s
+        )
+        source = ReplaySource(trace, 1.0)
+    else:
+        source = ReplaySource(s.replay_file, s.replay_speed, spool.checkpoint)
     shipper = Shipper(
         spool, KafkaTransport(s.bootstrap, topics, s.kafka_config()), retry_s=s.retry_s
     )

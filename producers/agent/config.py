@@ -35,6 +35,8 @@ class Settings:
     ring_glob: str = "*.ring"
     replay_file: str = ""
     replay_speed: float = 0.0
+    sim_args: str = ""
+    sim_start_s: float = 0.0
     interval_ms: int = 100
     heartbeat_s: float = 1.0
     bootstrap: str = ""
@@ -147,6 +149,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError("interval_ms and heartbeat_s must be positive")
     if s.source == "replay" and not s.replay_file:
         raise ConfigError("source=replay needs replay_file (--replay-file)")
+    if s.source == "sim" and "--truth" not in s.sim_args:
+        raise ConfigError(
+            "source=sim needs sim_args with at least --ranks and --truth, e.g. "
+            "--sim-args '--ranks 64 --pp 2 --dp 4 --fault nic-down --truth t.json'"
+        )
     if s.spool_max_bytes < 2 * s.spool_segment_bytes:
         raise ConfigError("spool_max_bytes must be at least 2 x spool_segment_bytes")
     if not s.job_id:

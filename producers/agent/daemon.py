@@ -165,7 +165,7 @@ class Agent:
                 "",
                 "",
                 tuple(
-                    CommMembership(c, "", cs.nranks, cs.comm_rank, ())
+                    CommMembership(c, cs.name, cs.nranks, cs.comm_rank, cs.ranks)
                     for c, cs in sorted(st.comms.items())
                     if cs.nranks > 0
                 ),

@@ -7,16 +7,22 @@ records it already spooled end.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import shlex
+import time
 from pathlib import Path
 from typing import Any
 
 from mycroft.errors import ConfigError
-from mycroft.producers import sim
 from mycroft.producers.agent.aggregate import Aggregator
 from mycroft.producers.ring import RingReader
-from mycroft.producers.tracefile import Frame, read_frames
-from mycroft.schemas.records import RankHealth
+from mycroft.producers.sim.cli import build_parser, config_from
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
+from mycroft.producers.tracefile import Frame, TraceFileWriter, read_frames
+from mycroft.schemas.records import RankHealth, Record
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +207,61 @@ class ReplaySource:
             close()
 
 
-def sim_unavailable() -> ConfigError:
-    """The error ``--source sim`` gives while ``mycroft.producers.sim`` has no API."""
-    have = sorted(n for n in dir(sim) if not n.startswith("_"))
-    return ConfigError(
-        "source=sim is unavailable: mycroft.producers.sim exposes no simulator "
-        f"library API yet (found: {', '.join(have) or 'nothing'}); "
-        "use source=ring or source=replay"
-    )
+SIM_START_ALIGN_S = 10
+
+
+class HostWriter:
+    """Keep the records of one host (all hosts for ``"*"``) from a simulated job."""
+
+    def __init__(self, inner: TraceFileWriter, host: str) -> None:
+        self.inner, self.host = inner, host
+
+    def write(self, record: Record, ts_ns: int) -> None:
+        """Pass the record on when it belongs to this agent's host."""
+        host = record.header.host if hasattr(record, "header") else record.host
+        if self.host in ("*", host):
+            self.inner.write(record, ts_ns)
+
+    def close(self) -> None:
+        """Close the trace file."""
+        self.inner.close()
+
+
+def simulate_host(
+    sim_args: str, host: str, job_id: str, workdir: Path, start_s: float = 0.0
+) -> Path:
+    """Run ``mycroft simulate`` in-process, starting now; keep ``host``'s records.
+
+    Every agent of a simulated job runs the same seeded simulation, so N agents
+    (one per simulated host, ``--host node0003``) publish exactly what one
+    simulation of the whole job would. ``host="*"`` publishes every host. The
+    simulated job starts at ``start_s`` (Unix seconds) when given, else at the
+    last whole ``SIM_START_ALIGN_S`` of wall time, so agents started within
+    the same window share one trace clock; each then publishes its backlog at
+    once and keeps pace with real time.
+
+    Returns:
+        A trace file of this host's records, to replay in real time.
+
+    Raises:
+        ConfigError: ``sim_args`` are invalid for ``mycroft simulate``.
+    """
+    trace = workdir / f"sim-{host.replace('*', 'all')}.trace"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        args = build_parser().parse_args(
+            [*shlex.split(sim_args), "--out", str(trace), "--job-id", job_id]
+        )
+    except SystemExit as exc:
+        raise ConfigError(f"invalid --sim-args {sim_args!r}") from exc
+    align_ns = SIM_START_ALIGN_S * 1_000_000_000
+    start_ns = int(start_s * 1e9) if start_s else time.time_ns() // align_ns * align_ns
+    cfg = dataclasses.replace(config_from(args), start_ns=start_ns)
+    writer = HostWriter(TraceFileWriter(trace), host)
+    try:
+        result = simulate(cfg, [parse_spec(f) for f in args.fault], writer)
+    finally:
+        writer.close()
+    args.truth.write_text(json.dumps(result.truth(), indent=2) + "\n")
+    log.info("simulated %s for host %s into %s", sim_args, host, trace)
+    return trace

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mycroft.errors import ConfigError
-from mycroft.producers.agent.cli import build_agent, load_settings
+from mycroft.producers.agent.cli import load_settings
 from mycroft.producers.agent.config import MASK, from_env, masked
 
 
@@ -93,7 +93,6 @@ def test_bad_settings_raise_config_error(argv: list[str]) -> None:
         load_settings(argv, {})
 
 
-def test_sim_source_reports_unavailable(tmp_path: Path) -> None:
-    s = load_settings(["--source", "sim", "--spool-dir", str(tmp_path)], {})
-    with pytest.raises(ConfigError, match="unavailable"):
-        build_agent(s, None)
+def test_sim_source_needs_simulator_arguments(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sim_args"):
+        load_settings(["--source", "sim", "--spool-dir", str(tmp_path)], {})
