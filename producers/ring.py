@@ -22,6 +22,8 @@ from mycroft.producers.ring_layout import (
     SLOT_HEAD,
     SLOT_SIZE,
     U64,
+    VERSION,
+    VERSION_MAX,
     WRITE_IDX_OFFSET,
     Kind,
     RingHeader,
@@ -34,6 +36,8 @@ DEFAULT_NSLOTS = 1 << 16
 """64 Ki slots = 4 MiB per process; the paper's 512 MB/host is 1 Mi slots per GPU."""
 
 _FLOW = PAYLOADS[Kind.FLOW_PROGRESS]
+_ISSUED = PAYLOADS[Kind.OP_ISSUED]
+_DONE = PAYLOADS[Kind.OP_DONE]
 _CRC = struct.Struct("<I")
 
 
@@ -50,6 +54,9 @@ class RingWriter:
         rank: global rank of this process.
         nslots: slot count (a power of two is recommended for C writers).
         local_rank: rank on this host, or -1.
+        version: layout version stamped in the header; 2 is needed before
+            writing COMM_RANKS / COMM_NAME records (readers of version 1 reject
+            such rings instead of counting their slots as corrupt).
     """
 
     def __init__(
@@ -58,13 +65,18 @@ class RingWriter:
         rank: int,
         nslots: int = DEFAULT_NSLOTS,
         local_rank: int = -1,
+        version: int = VERSION,
     ) -> None:
         if nslots < 2:
             raise ValueError(f"nslots must be >= 2, got {nslots}")
         self.path = Path(path)
         self.nslots = nslots
         self.index = 0
-        header = RingHeader(nslots, os.getpid(), rank, time.time_ns(), local_rank)
+        if not 1 <= version <= VERSION_MAX:
+            raise ValueError(f"ring layout version must be 1..{VERSION_MAX}")
+        header = RingHeader(
+            nslots, os.getpid(), rank, time.time_ns(), local_rank, version
+        )
         tmp = self.path.with_name(self.path.name + ".init")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -115,6 +127,24 @@ class RingWriter:
         _CRC.pack_into(buf, 12, zlib.crc32(buf))
         self._commit(buf)
 
+    def op_issued(  # noqa: PLR0917 - mirrors the C tracepoint arguments
+        self, ts_ns: int, comm: int, seq: int, nbytes: int, kind: int, dtype: int = 0
+    ) -> None:
+        """Fast path of OP_ISSUED without algorithm, protocol or flows."""
+        buf = self._buf
+        SLOT_HEAD.pack_into(buf, 0, 2 * self.index + 2, Kind.OP_ISSUED, 0, 0, 0, ts_ns)
+        _ISSUED.pack_into(buf, 24, comm, seq, nbytes, kind, 0, 0, 0, dtype)
+        _CRC.pack_into(buf, 12, zlib.crc32(buf))
+        self._commit(buf)
+
+    def op_done(self, ts_ns: int, comm: int, seq: int, start_ns: int) -> None:
+        """Fast path of OP_DONE for an op without flow records."""
+        buf = self._buf
+        SLOT_HEAD.pack_into(buf, 0, 2 * self.index + 2, Kind.OP_DONE, 0, 0, 0, ts_ns)
+        _DONE.pack_into(buf, 24, comm, seq, start_ns, 0)
+        _CRC.pack_into(buf, 12, zlib.crc32(buf))
+        self._commit(buf)
+
     def _commit(self, slot: bytes | bytearray) -> None:
         n = self.index
         off = HEADER_SIZE + (n % self.nslots) * SLOT_SIZE
@@ -142,7 +172,7 @@ class RingReader:
     """The agent side: drain one ring read-only, counting overwrites and corrupt slots.
 
     Raises:
-        ValueError: (from the constructor) the file is not a version-1 ring.
+        ValueError: (from the constructor) the file is not a version 1 or 2 ring.
     """
 
     def __init__(self, path: Path | str) -> None:

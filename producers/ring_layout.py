@@ -18,6 +18,27 @@ from enum import IntEnum
 
 MAGIC = b"MYCRING1"
 VERSION = 1
+"""Layout version a writer stamps by default (kinds 1..6)."""
+VERSION_MAX = 2
+"""Newest layout this module reads: version 2 adds kinds 7 and 8 (group membership)."""
+COMM_RANKS_PER_SLOT = 6
+"""Global ranks one COMM_RANKS record carries."""
+COMM_NAME_BYTES = 32
+DTYPES: tuple[str, ...] = (
+    "unknown",
+    "float32",
+    "float64",
+    "float16",
+    "bfloat16",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+    "bool",
+    "other",
+)
+"""Element types of OP_ISSUED byte 56 (append-only, like ``vocab``)."""
 HEADER_SIZE = 128
 SLOT_SIZE = 64
 WRITE_IDX_OFFSET = 64
@@ -41,13 +62,15 @@ class Kind(IntEnum):
     FLOW_DONE = 4
     OP_DONE = 5
     BEAT = 6
+    COMM_RANKS = 7
+    COMM_NAME = 8
 
 
 PAYLOADS: dict[Kind, struct.Struct] = {
     # comm, nranks, comm_rank, nchannels, gpu, reserved
     Kind.COMM: struct.Struct("<Qiiii16x"),
-    # comm, seq, bytes, kind, algo, proto, pad, nflows, reserved
-    Kind.OP_ISSUED: struct.Struct("<QqqBBBxi8x"),
+    # comm, seq, bytes, kind, algo, proto, pad, nflows, dtype (v2), reserved
+    Kind.OP_ISSUED: struct.Struct("<QqqBBBxiB7x"),
     # comm, seq, channel, dir, pad, peer, total, gpu_ready, transmitted, done
     Kind.FLOW_PROGRESS: struct.Struct("<QqhBxiiiii"),
     # comm, seq, first_ns, channel, dir, pad, peer, chunks, reserved
@@ -56,6 +79,10 @@ PAYLOADS: dict[Kind, struct.Struct] = {
     Kind.OP_DONE: struct.Struct("<Qqqi12x"),
     # step, reserved
     Kind.BEAT: struct.Struct("<q32x"),
+    # comm, nranks, first (index in the communicator), 6 global ranks (-1: none)
+    Kind.COMM_RANKS: struct.Struct("<Qii6i"),
+    # comm, name (UTF-8, zero-padded)
+    Kind.COMM_NAME: struct.Struct("<Q32s"),
 }
 PAYLOAD_SIZE = SLOT_SIZE - SLOT_HEAD.size
 if any(s.size != PAYLOAD_SIZE for s in PAYLOADS.values()):  # pragma: no cover
@@ -93,7 +120,7 @@ class RingHeader:
         magic, version, hsize, ssize, nslots, pid, rank, created, local = (
             HEADER.unpack_from(data)
         )
-        if magic != MAGIC or version != VERSION:
+        if magic != MAGIC or not 1 <= version <= VERSION_MAX:
             raise ValueError(f"not a Mycroft ring (magic {magic!r}, version {version})")
         if hsize != HEADER_SIZE or ssize != SLOT_SIZE or nslots <= 0:
             raise ValueError(f"unsupported geometry {hsize}/{ssize}/{nslots}")
@@ -124,6 +151,8 @@ class OpIssued:
     algo: int
     proto: int
     nflows: int
+    dtype: int = 0
+    """Code into ``DTYPES`` of the input (0: unknown; version-1 writers leave 0)."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +204,68 @@ class Beat:
     step: int
 
 
-RingRecord = Comm | OpIssued | FlowProgress | FlowDone | OpDone | Beat
+@dataclass(frozen=True)
+class CommRanks:
+    """Up to six members of a communicator: global ranks ``first..first+5`` in it.
+
+    A communicator of ``nranks`` members takes ``ceil(nranks / 6)`` records;
+    unused entries of the last one are ``-1`` (layout version 2).
+    """
+
+    ts_ns: int
+    comm: int
+    nranks: int
+    first: int
+    r0: int = -1
+    r1: int = -1
+    r2: int = -1
+    r3: int = -1
+    r4: int = -1
+    r5: int = -1
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The global ranks this record carries, in communicator order."""
+        got = (self.r0, self.r1, self.r2, self.r3, self.r4, self.r5)
+        return tuple(r for r in got if r >= 0)
+
+
+@dataclass(frozen=True)
+class CommName:
+    """The communicator's name or role, e.g. ``world``, ``dp`` (layout version 2)."""
+
+    ts_ns: int
+    comm: int
+    name: bytes
+
+    @property
+    def text(self) -> str:
+        """The name as text (zero padding removed, bad UTF-8 replaced)."""
+        return self.name.rstrip(b"\0").decode("utf-8", "replace")
+
+
+def comm_ranks_records(
+    ts_ns: int, comm: int, ranks: tuple[int, ...]
+) -> list[CommRanks]:
+    """Split a communicator's member list into COMM_RANKS records."""
+    out: list[CommRanks] = []
+    step = COMM_RANKS_PER_SLOT
+    for first in range(0, len(ranks), step):
+        chunk = list(ranks[first : first + step])
+        chunk += [-1] * (step - len(chunk))
+        out.append(CommRanks(ts_ns, comm, len(ranks), first, *chunk))
+    return out
+
+
+def comm_name_record(ts_ns: int, comm: int, name: str) -> CommName:
+    """A COMM_NAME record; the name is cut to 32 bytes of UTF-8."""
+    raw = name.encode("utf-8")[:COMM_NAME_BYTES]
+    return CommName(ts_ns, comm, raw)
+
+
+RingRecord = (
+    Comm | OpIssued | FlowProgress | FlowDone | OpDone | Beat | CommRanks | CommName
+)
 
 _KIND_OF: dict[type, Kind] = {
     Comm: Kind.COMM,
@@ -184,6 +274,8 @@ _KIND_OF: dict[type, Kind] = {
     FlowDone: Kind.FLOW_DONE,
     OpDone: Kind.OP_DONE,
     Beat: Kind.BEAT,
+    CommRanks: Kind.COMM_RANKS,
+    CommName: Kind.COMM_NAME,
 }
 _TYPE_OF: dict[Kind, type] = {v: k for k, v in _KIND_OF.items()}
 
@@ -198,7 +290,7 @@ def checksum(slot: bytes | bytearray) -> int:
     return zlib.crc32(slot[16:SLOT_SIZE], crc)
 
 
-def payload_fields(record: RingRecord) -> tuple[int, ...]:
+def payload_fields(record: RingRecord) -> tuple[int | bytes, ...]:
     """The payload struct fields of ``record`` (everything but ``ts_ns``)."""
     values = tuple(record.__dict__.values())
     return values[1:]

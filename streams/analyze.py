@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,6 +31,69 @@ def _job_of(record: Record) -> str:
     return str(header.job_id if header is not None else getattr(record, "job_id", ""))
 
 
+class Replay:
+    """Feed ``(ts_ns, record)`` pairs, in trace order, to one Analyzer per job.
+
+    The trace time is ``now``; every analyzer is evaluated each ``cadence_ns``
+    of trace time so hangs fire without new events. ``mycroft analyze`` and the
+    in-process fault campaign (``bench/campaign``) both drive the core through
+    this class, so they share one code path.
+    """
+
+    def __init__(
+        self, config: DetectorConfig | None = None, cadence_ns: int = _CADENCE_NS
+    ) -> None:
+        self.config = config
+        self.cadence_ns = cadence_ns
+        self.analyzers: dict[str, Analyzer] = {}
+        self.anomalies: list[Anomaly] = []
+        self.causes: dict[str, RootCause] = {}
+        self.first_resolved_ns: dict[str, int] = {}
+        self.eval_wall_s: list[float] = []  # wall time of each evaluate round
+        self._next_eval = -1
+
+    def _tick(self, now_ns: int) -> None:
+        t0 = time.perf_counter()
+        for an in self.analyzers.values():
+            for f in an.evaluate(now_ns):
+                if isinstance(f, RootCause):
+                    self.causes[f.incident_id] = f
+                    self.first_resolved_ns.setdefault(f.incident_id, f.resolved_ns)
+                else:
+                    self.anomalies.append(f)
+        self.eval_wall_s.append(time.perf_counter() - t0)
+
+    def feed(self, ts_ns: int, rec: Record) -> None:
+        """Ingest one record at trace time ``ts_ns`` (evaluating on the way)."""
+        if type(rec).__name__ not in _JOB_RECORDS:
+            return  # recorded findings of a live run are not inputs
+        if self._next_eval < 0:
+            self._next_eval = ts_ns
+        while self._next_eval <= ts_ns:
+            self._tick(self._next_eval)
+            self._next_eval += self.cadence_ns
+        job = _job_of(rec)
+        an = self.analyzers.get(job)
+        if an is None:
+            an = self.analyzers[job] = Analyzer(job, self.config)
+        an.ingest(rec, ts_ns)
+
+    def write(self, record: Record, ts_ns: int) -> None:
+        """``RecordWriter`` protocol: lets a simulator write straight in."""
+        self.feed(ts_ns, record)
+
+    def close(self) -> None:
+        """``RecordWriter`` protocol: run the final evaluation."""
+        self.finish()
+
+    def finish(self) -> tuple[list[Anomaly], dict[str, RootCause]]:
+        """Evaluate once more; return every anomaly and each incident's latest."""
+        if self._next_eval >= 0:
+            self._tick(self._next_eval)
+            self._next_eval = -1
+        return self.anomalies, self.causes
+
+
 def run(
     records: Iterable[tuple[int, Record]], config: DetectorConfig | None = None
 ) -> tuple[list[Anomaly], dict[str, RootCause]]:
@@ -38,39 +102,23 @@ def run(
     Returns:
         Every anomaly emitted, and the latest revision of each incident.
     """
-    analyzers: dict[str, Analyzer] = {}
-    anomalies: list[Anomaly] = []
-    causes: dict[str, RootCause] = {}
-    next_eval = -1
-
-    def tick(now_ns: int) -> None:
-        for an in analyzers.values():
-            for f in an.evaluate(now_ns):
-                if isinstance(f, RootCause):
-                    causes[f.incident_id] = f
-                else:
-                    anomalies.append(f)
-
+    rp = Replay(config)
     for ts_ns, rec in records:
-        if type(rec).__name__ not in _JOB_RECORDS:
-            continue  # recorded findings of a live run are not inputs
-        if next_eval < 0:
-            next_eval = ts_ns
-        while next_eval <= ts_ns:
-            tick(next_eval)
-            next_eval += _CADENCE_NS
-        job = _job_of(rec)
-        an = analyzers.get(job)
-        if an is None:
-            an = analyzers[job] = Analyzer(job, config)
-        an.ingest(rec, ts_ns)
-    if next_eval >= 0:
-        tick(next_eval)
-    return anomalies, causes
+        rp.feed(ts_ns, rec)
+    return rp.finish()
 
 
-def to_json(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> dict[str, Any]:
-    """Return the ``--json`` document (see the module docstring)."""
+def to_json(
+    anomalies: list[Anomaly],
+    causes: dict[str, RootCause],
+    first_resolved_ns: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Return the ``--json`` document (see the module docstring).
+
+    ``first_resolved_ns`` (incident id -> time of its first revision) adds
+    ``first_resolved_at_s`` to each row.
+    """
+    first = first_resolved_ns or {}
     rows: list[dict[str, Any]] = []
     for rc in sorted(causes.values(), key=lambda c: (c.detected_ns, c.incident_id)):
         for i, c in enumerate(rc.culprits):
@@ -90,6 +138,10 @@ def to_json(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> dict[str,
                     "onset_s": rc.onset_ns / 1e9,
                     "detected_at_s": rc.detected_ns / 1e9,
                     "resolved_at_s": rc.resolved_ns / 1e9,
+                    "first_resolved_at_s": first.get(
+                        rc.incident_id, rc.resolved_ns
+                    )
+                    / 1e9,
                 }
             )
     return {
@@ -142,12 +194,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     anomalies: list[Anomaly] = []
     causes: dict[str, RootCause] = {}
+    first: dict[str, int] = {}
     for path in args.paths:
-        a, c = run(read_records(path))
+        rp = Replay()
+        for ts_ns, rec in read_records(path):
+            rp.feed(ts_ns, rec)
+        a, c = rp.finish()
         anomalies += a
         causes.update(c)
+        first.update(rp.first_resolved_ns)
     if args.json:
-        json.dump(to_json(anomalies, causes), sys.stdout, indent=2)
+        json.dump(to_json(anomalies, causes, first), sys.stdout, indent=2)
         print()
     else:
         _print_human(anomalies, causes)

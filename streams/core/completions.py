@@ -7,6 +7,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from mycroft.schemas.records import CompletionBatch
+from mycroft.schemas.vocab import OP_NAMES
+
+_SEND, _RECV = OP_NAMES.index("send"), OP_NAMES.index("recv")
+
+
+def matching_kind(kind: np.ndarray) -> np.ndarray:
+    """Return op kind codes as they must agree across one ``(comm, seq)``.
+
+    A point-to-point transfer is one op seen from two sides: one rank reports
+    ``send``, its peer ``recv`` at the same seq. Both map to ``send`` so that
+    the pair agrees; every other kind maps to itself.
+    """
+    out: np.ndarray = np.where(kind == _RECV, _SEND, kind).astype(kind.dtype)
+    return out
 
 
 @dataclass(frozen=True)
@@ -32,14 +46,35 @@ class CollectiveStat:
     prev_issue_ns: np.ndarray
 
     @property
-    def span_ns(self) -> int:
-        """First enqueue to last completion: what the slowest rank saw."""
+    def begin_ns(self) -> np.ndarray:
+        """Per-rank kernel start (first progress), the issue time if unknown.
+
+        The CPU enqueues ops ahead of the GPU (during the preceding compute),
+        so the enqueue time says when the *CPU* got there; the first progress
+        says when the rank itself arrived at the collective.
+        """
+        out: np.ndarray = np.where(self.start_ns > 0, self.start_ns, self.issue_ns)
+        return out
+
+    @property
+    def queued_span_ns(self) -> int:
+        """First enqueue to last completion, queueing behind compute included."""
         return int(self.end_ns.max() - self.issue_ns.min())
 
     @property
+    def span_ns(self) -> int:
+        """First arrival (kernel start) to last completion: what the op cost."""
+        return int(self.end_ns.max() - self.begin_ns.min())
+
+    @property
     def xfer_ns(self) -> int:
-        """Last arrival to last completion: the communication itself."""
-        return int(self.end_ns.max() - self.issue_ns.max())
+        """Shortest per-rank duration (own clock): the transfer once all arrived.
+
+        The last rank to arrive waits for nobody, so its own start-to-end time
+        is the communication itself; measured on one host clock it is free of
+        clock offsets.
+        """
+        return int((self.end_ns - self.begin_ns).min())
 
     @property
     def interval_ns(self) -> int:
@@ -50,8 +85,9 @@ class CollectiveStat:
         return int(np.median(self.issue_ns[ok] - self.prev_issue_ns[ok]))
 
     def lateness_ns(self) -> np.ndarray:
-        """Per-rank issue time minus the members' median issue time."""
-        out: np.ndarray = self.issue_ns - np.median(self.issue_ns)
+        """Per-rank arrival (kernel start) minus the members' median arrival."""
+        begin = self.begin_ns
+        out: np.ndarray = begin - np.median(begin)
         return out
 
     def end_lag_ns(self) -> np.ndarray:
@@ -100,7 +136,7 @@ class CompletionTracker:
     def _record_signatures(self, key: tuple[int, int], rows: np.ndarray) -> None:
         sigs = self.signatures.setdefault(key, {})
         for kind, nbytes, rank in zip(
-            rows["kind"].tolist(),
+            matching_kind(rows["kind"]).tolist(),
             rows["bytes"].tolist(),
             rows["rank"].tolist(),
             strict=True,
@@ -123,7 +159,7 @@ class CompletionTracker:
         )
         for r, t in zip(rows["rank"].tolist(), rows["issue_ns"].tolist(), strict=True):
             self._prev_issue[(key[0], r)] = t
-        kinds, counts = np.unique(rows["kind"], return_counts=True)
+        kinds, counts = np.unique(matching_kind(rows["kind"]), return_counts=True)
         return CollectiveStat(
             comm=key[0],
             seq=key[1],

@@ -5,7 +5,7 @@
 * silence: a host whose batches stop, or a rank whose rows vanish or whose
   ``seen_ns`` goes stale while its host still reports, and peers wait on it.
 * slowdown: a completed collective leaves the robust band of its baseline
-  (span, transfer time, issue interval, per-rank late arrival).
+  (transfer time, per-rank late arrival; a severe span).
 * mismatch: members disagree on op kind or size at one ``(comm, seq)``.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import BaselineBook, Verdict, size_bucket
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.topology import JobTopology
@@ -210,9 +210,16 @@ def observe_collective(
 ) -> list[Anomaly]:
     """Feed one completed collective to its baselines; return slowdowns.
 
-    Metrics, keyed by (comm, op kind, size bucket): ``span`` (first issue to
-    last end), ``xfer`` (last issue to last end), ``interval`` (issue to
-    issue); keyed by (comm, rank): ``late`` (issue minus median issue).
+    Metrics, keyed by (comm, op kind, size bucket): ``xfer`` (the shortest
+    per-rank start-to-end time, i.e. the transfer once every member arrived,
+    on one host clock) and ``span`` (first kernel start to last end); keyed by
+    (comm, rank): ``late`` (kernel start minus the members' median).
+
+    Arrival skew belongs to the per-rank ``late`` metric, whose persistence
+    is per rank: independent one-off stragglers on different ranks of a comm
+    must not add up to a "persistent" slowdown. ``span`` therefore fires only
+    when SEVERE; the CPU enqueue time (which runs ahead of the GPU by up to a
+    compute segment) is used only for the hang threshold (``span_any``).
     """
     cfg, book = ctx.cfg, ctx.book
     key = (stat.comm, stat.kind, size_bucket(stat.nbytes))
@@ -222,8 +229,6 @@ def observe_collective(
         ("span", (*key, "span"), float(stat.span_ns), ()),
         ("xfer", (*key, "xfer"), float(stat.xfer_ns), ()),
     ]
-    if stat.interval_ns > 0:
-        samples.append(("interval", (*key, "interval"), float(stat.interval_ns), ()))
     late = stat.lateness_ns()
     for r, lt in zip(stat.ranks.tolist(), late.tolist(), strict=True):
         samples.append(("late", (stat.comm, r, "late"), float(lt), (r,)))
@@ -232,13 +237,15 @@ def observe_collective(
         base = book.get(bkey)
         verdict = base.observe(value, cfg, _floor_ns(cfg, metric, med_span))
         if verdict is Verdict.SEVERE or (
-            verdict is Verdict.HIGH and base.persistent(cfg)
+            verdict is Verdict.HIGH and metric != "span" and base.persistent(cfg)
         ):
             fired.append(
                 _slow_anomaly(ctx, stat, metric, value, base.stats()[0], ranks, now_ns)
             )
     if not fired:
-        book.get((stat.comm, "span_any")).observe(float(stat.span_ns), cfg, 1e18)
+        book.get((stat.comm, "span_any")).observe(
+            float(stat.queued_span_ns), cfg, 1e18
+        )
     return fired
 
 
@@ -276,7 +283,8 @@ def detect_mismatch(
 ) -> list[Anomaly]:
     """Return a MISMATCH anomaly per (comm, seq) whose members disagree.
 
-    Signatures (op kind, bytes) come from in-flight op rows and completions.
+    Signatures (op kind, bytes) come from in-flight op rows and completions;
+    the two sides of a point-to-point transfer (send / recv) agree.
     """
     ops = ctx.store.in_flight_ops()
     sigs: dict[tuple[int, int], dict[tuple[int, int], list[int]]] = {}
@@ -285,7 +293,7 @@ def detect_mismatch(
             [
                 ops["comm"].astype(np.uint64),
                 ops["seq"].astype(np.uint64),
-                ops["kind"].astype(np.uint64),
+                matching_kind(ops["kind"]).astype(np.uint64),
                 ops["bytes"].astype(np.uint64),
             ],
             1,

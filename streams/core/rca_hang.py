@@ -82,6 +82,18 @@ def _score_lost(
             Component.HOST, 1.5, f"host {ctx.topo.host_of(sus.rank)} stopped reporting"
         )
         sus.add(Component.NIC, 0.5, "host unreachable: its NIC may be down")
+    elif not _in_op(ctx, sus.rank):
+        # Everything it issued completed and it issued nothing since, while
+        # its host still reports: the CPU side stopped feeding the GPU (a
+        # stalled host thread, data loader, checkpoint...). A process that
+        # died mid-op instead leaves issued > done behind.
+        sus.add(
+            Component.HOST,
+            2.0,
+            f"rank {sus.rank} completed all it issued and issued nothing "
+            f"since ({how} stale) while peers wait in its next op",
+        )
+        sus.add(Component.PROCESS, 1.0, "an idle process may also have died")
     else:
         sus.add(
             Component.PROCESS,
@@ -91,13 +103,37 @@ def _score_lost(
         )
 
 
+def _in_op(ctx: DetectContext, rank: int) -> bool:
+    """Whether ``rank``'s rank-state says it has an op issued and not done."""
+    s = ctx.store.slots
+    m = s["rank"] == rank
+    return bool((s["issued"][m] > s["done"][m]).any())
+
+
 def _excess(gap: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Gaps above what is normal among the group's flows (pipelining slack)."""
     base = float(np.median(ref)) if len(ref) else 0.0
     return gap > base + 1
 
 
-def _score_in_op(sus: Suspect, flows: np.ndarray, group: set[int]) -> None:
+def stuck_senders(flows: np.ndarray, group: set[int]) -> set[int]:
+    """Ranks of ``group`` with open send flows frozen ready-not-sent (G>T).
+
+    "Beyond the group's normal gap": the median G-T of the group's send
+    flows is pipelining slack, not a symptom.
+    """
+    gsend = flows[
+        (flows["dir"] == SEND)
+        & (flows["done"] < flows["total"])
+        & np.isin(flows["rank"], list(group))
+    ]
+    gap = gsend["gpu_ready"] - gsend["transmitted"]
+    return set(gsend["rank"][_excess(gap, gap)].tolist())
+
+
+def _score_in_op(
+    sus: Suspect, flows: np.ndarray, group: set[int], stuck: set[int]
+) -> None:
     r = sus.rank
     mine = flows[flows["rank"] == r]
     sends = mine[(mine["dir"] == SEND) & (mine["done"] < mine["total"])]
@@ -108,13 +144,28 @@ def _score_in_op(sus: Suspect, flows: np.ndarray, group: set[int]) -> None:
             gsend["gpu_ready"] - gsend["transmitted"],
         )
     ]
-    if len(gt):
+    # Table 4, G > T: local cause (the sender's NIC/RDMA) when the receiver
+    # is ready, i.e. not itself stuck with ready-not-sent data; a receiver
+    # that is stuck cannot free its buffers (remote cause: the credit stall
+    # propagates backwards along the ring), so such flows are weak evidence.
+    local = gt[~np.isin(gt["peer"], list(stuck))] if stuck else gt
+    if len(local):
+        worst = local[np.argmax(local["gpu_ready"] - local["transmitted"])]
+        sus.flow = (int(worst["peer"]), int(worst["channel"]))
+        sus.add(
+            Component.NIC,
+            1.0 + len(local) / max(len(sends), 1),
+            f"{len(local)} send flow(s) ready but not transmitted (G>T) "
+            "to a receiver that is ready",
+        )
+    elif len(gt):
         worst = gt[np.argmax(gt["gpu_ready"] - gt["transmitted"])]
         sus.flow = (int(worst["peer"]), int(worst["channel"]))
         sus.add(
             Component.NIC,
-            1.0 + len(gt) / max(len(sends), 1),
-            f"{len(gt)} send flow(s) ready but not transmitted (G>T)",
+            0.3,
+            f"{len(gt)} send flow(s) G>T toward receiver(s) that are stuck "
+            "themselves (receiver not ready: remote cause)",
         )
     into = gsend[
         (gsend["peer"] == r)
@@ -180,6 +231,7 @@ def explain_hang(
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
     for group in groups:
+        stuck = stuck_senders(flows, group)
         if (
             len(group) == 1
             and next(iter(group)) not in lost | busy_ranks
@@ -199,7 +251,7 @@ def explain_hang(
                     f"op ranks {waiters[:8]} wait in",
                 )
             else:
-                _score_in_op(sus, flows, group)
+                _score_in_op(sus, flows, group, stuck)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     evidence.extend(_chain(g, start, suspects))
     return _rank(ctx, suspects, FaultKind.HANG), evidence
