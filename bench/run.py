@@ -15,6 +15,10 @@ BENCH = Path(__file__).resolve().parent
 # name -> script arguments; each script writes bench/results/<name>.json
 BENCHMARKS: dict[str, list[str]] = {
     "broker_startup": ["--out", "bench/results/broker_startup.json"],
+    "message_size": ["--out", "bench/results/message_size.json"],
+    "sim_speed": [],
+    "agent_footprint": ["--out", "bench/results/agent_footprint.json"],
+    "streams_throughput": ["--out", "bench/results/streams_throughput.json"],
 }
 
 
