@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from render_perf import RENDERERS as PERF_RENDERERS
+
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
 
@@ -42,6 +44,9 @@ RENDERERS = {
         _broker,
     ),
 }
+
+
+RENDERERS.update(PERF_RENDERERS)
 
 
 def _generic(r: dict[str, Any]) -> list[str]:
