@@ -1,0 +1,239 @@
+"""Live fault campaign: simulated jobs -> real Kafka -> Faust workers -> scores.
+
+Every run is a simulated training job published live (``mycroft simulate
+--kafka``, paced to wall-clock time) into a real local broker, analyzed by
+real ``mycroft streams worker`` processes (one consumer group), and scored
+outside the pipeline against the simulator's truth (``bench/campaign/score.py``).
+Several jobs run at once, as on a shared cluster; jobs are partitioned by id.
+
+Latencies are measured on Kafka: an anomaly's or root cause's time is the
+broker timestamp of the record that carried it, and the onset is the truth's
+onset on the same (wall-clock) trace clock. Usage::
+
+    python bench/campaign_live.py --ranks 64 --seeds 10 --concurrency 4
+    python bench/campaign_live.py --ranks 1024 --seeds 1 --concurrency 1
+
+Results: ``bench/results/campaign_live_<ranks>.json`` (rows and per-fault
+aggregates) and ``bench/results/campaign_live_<ranks>_cdf.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.campaign.score import score_run  # noqa: E402
+from bench.campaign_offline import aggregate  # noqa: E402
+from mycroft.infra.kafka_broker import KafkaBroker  # noqa: E402
+from mycroft.kafka_client import DecodingConsumer, create_topics  # noqa: E402
+from mycroft.producers.sim.faults import FAULTS  # noqa: E402
+from mycroft.schemas.records import Anomaly, RootCause  # noqa: E402
+from mycroft.streams.analyze import to_json  # noqa: E402
+from mycroft.topics import TopicSet  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
+PARTITIONS = 8
+READY = "[^Worker]: Ready"
+
+
+@dataclass
+class Seen:
+    """What one job produced on the output topics, with broker timestamps."""
+
+    anomalies: dict[str, Anomaly] = field(default_factory=dict)
+    causes: dict[str, RootCause] = field(default_factory=dict)
+    first_cause_ms: dict[str, int] = field(default_factory=dict)
+    last_cause_ms: dict[str, int] = field(default_factory=dict)
+    anomaly_ms: dict[str, int] = field(default_factory=dict)
+
+
+class Collector(threading.Thread):
+    """Read the anomaly and root-cause topics into per-job ``Seen`` tables."""
+
+    def __init__(self, bootstrap: str, topics: TopicSet) -> None:
+        super().__init__(daemon=True)
+        self.consumer = DecodingConsumer(
+            bootstrap, f"campaign-{uuid.uuid4().hex[:8]}",
+            [topics.anomaly, topics.rootcause], topics.deadletter,
+        )  # fmt: skip
+        self.jobs: dict[str, Seen] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for msg, rec in self.consumer.poll(timeout_s=0.3):
+                _, ts_ms = msg.timestamp()
+                with self.lock:
+                    self._add(rec, ts_ms)
+        self.consumer.close()
+
+    def _add(self, rec: Any, ts_ms: int) -> None:
+        if isinstance(rec, Anomaly):
+            seen = self.jobs.setdefault(rec.job_id, Seen())
+            seen.anomalies.setdefault(rec.anomaly_id, rec)
+            seen.anomaly_ms.setdefault(rec.anomaly_id, ts_ms)
+        elif isinstance(rec, RootCause):
+            seen = self.jobs.setdefault(rec.job_id, Seen())
+            old = seen.causes.get(rec.incident_id)
+            if old is None or rec.revision >= old.revision:
+                seen.causes[rec.incident_id] = rec
+                seen.last_cause_ms[rec.incident_id] = ts_ms
+            seen.first_cause_ms.setdefault(rec.incident_id, ts_ms)
+
+
+def _on_kafka(seen: Seen) -> dict[str, Any]:
+    """The analyze JSON of one job, with times replaced by broker timestamps."""
+    anomalies = list(seen.anomalies.values())
+    doc = to_json(anomalies, seen.causes)
+    for row, a in zip(doc["anomalies"], anomalies, strict=True):
+        row["detected_at_s"] = seen.anomaly_ms[a.anomaly_id] / 1e3
+    for row in doc["root_causes"]:
+        inc = row["incident_id"]
+        first_s = seen.first_cause_ms[inc] / 1e3
+        row["detected_at_s"] = min(row["detected_at_s"], first_s)
+        row["first_resolved_at_s"] = first_s
+        row["resolved_at_s"] = seen.last_cause_ms[inc] / 1e3
+    return doc
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "mycroft", *args],
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def _start_workers(n: int, bootstrap: str, work: Path) -> list[subprocess.Popen[bytes]]:
+    app_id = f"campaign-{uuid.uuid4().hex[:6]}"
+    procs = []
+    for i in range(n):
+        log = work / f"worker{i}.log"
+        procs.append(_spawn(["streams", "worker", "--bootstrap", bootstrap,
+                             "--app-id", app_id, "--partitions", str(PARTITIONS),
+                             "--data-dir", str(work / f"faust{i}"), "--web-port", "0"],
+                            log))  # fmt: skip
+        deadline = time.monotonic() + 120
+        while READY not in log.read_text():
+            if time.monotonic() > deadline or procs[-1].poll() is not None:
+                raise RuntimeError(f"worker {i} not ready; see {log}")
+            time.sleep(0.3)
+    return procs
+
+
+@dataclass
+class Run:
+    fault: str
+    seed: int
+    job_id: str
+    truth: Path
+    proc: subprocess.Popen[bytes]
+    ended: float | None = None
+
+
+def _launch(fault: str, seed: int, a: argparse.Namespace, work: Path,
+            bootstrap: str) -> Run:  # fmt: skip
+    tp, pp, dp = SHAPES[a.ranks]
+    job = f"live-{a.ranks}-{fault or 'healthy'}-{seed}"
+    truth = work / f"{job}.truth.json"
+    args = ["simulate", "--ranks", str(a.ranks), "--tp", str(tp), "--pp", str(pp),
+            "--dp", str(dp), "--seed", str(seed), "--duration", str(a.duration),
+            "--kafka", bootstrap, "--truth", str(truth), "--job-id", job]  # fmt: skip
+    if fault:
+        args += ["--fault", fault]
+    return Run(fault, seed, job, truth, _spawn(args, work / f"{job}.log"))
+
+
+def _score(run: Run, collector: Collector, a: argparse.Namespace) -> dict[str, Any]:
+    truth = json.loads(run.truth.read_text())
+    with collector.lock:
+        seen = collector.jobs.get(run.job_id, Seen())
+        doc = _on_kafka(seen)
+    return score_run(truth, doc) | {
+        "seed": run.seed, "ranks": a.ranks, "duration_s": a.duration, "job": run.job_id,
+    }  # fmt: skip
+
+
+def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
+    faults = list(FAULTS) if a.faults == "all" else a.faults.split(",")
+    queue = [(f, s) for s in range(a.seeds) for f in faults]
+    queue += [("", 1000 + s) for s in range(a.healthy_runs)]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        broker = KafkaBroker(work / "broker", heap_mb=768)
+        bootstrap = broker.start()
+        topics = TopicSet(partitions=PARTITIONS)
+        create_topics(bootstrap, topics)
+        workers = _start_workers(a.workers, bootstrap, work)
+        collector = Collector(bootstrap, topics)
+        collector.start()
+        running: list[Run] = []
+        try:
+            while queue or running:
+                while queue and len(running) < a.concurrency:
+                    running.append(_launch(*queue.pop(0), a, work, bootstrap))
+                time.sleep(0.5)
+                for run in list(running):
+                    if run.ended is None and run.proc.poll() is not None:
+                        run.ended = time.monotonic()
+                    if run.ended is not None and time.monotonic() - run.ended > a.grace:
+                        running.remove(run)
+                        row = _score(run, collector, a)
+                        rows.append(row)
+                        print(json.dumps({k: row[k] for k in (
+                            "job", "detected", "detection_latency_s",
+                            "rca_after_detection_s", "rank_ok", "component_ok")}),
+                            flush=True)  # fmt: skip
+        finally:
+            collector.stopping.set()
+            collector.join(10)
+            for w in workers:
+                w.terminate()
+            for w in workers:
+                w.wait(30)
+            broker.close()
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--ranks", type=int, choices=sorted(SHAPES), default=64)
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--faults", default="all", help="comma-separated, or all")
+    p.add_argument("--healthy-runs", type=int, default=2)
+    p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
+    p.add_argument("--concurrency", type=int, default=4, help="jobs at once")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--grace", type=float, default=4.0,
+                   help="s to wait for findings after a run ends")  # fmt: skip
+    a = p.parse_args()
+    started = time.time()
+    rows = campaign(a)
+    doc = {
+        "ranks": a.ranks, "seeds": a.seeds, "workers": a.workers,
+        "concurrency": a.concurrency, "duration_s": a.duration,
+        "wall_s": round(time.time() - started, 1),
+        "per_fault": aggregate(rows), "rows": rows,
+    }  # fmt: skip
+    out = RESULTS / f"campaign_live_{a.ranks}.json"
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
