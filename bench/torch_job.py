@@ -48,7 +48,8 @@ class FlightDumper:
         self._seen = -1
         self._dumped_at = -1
 
-    def dump(self) -> None:
+    def dump(self, sub: str = "") -> None:
+        """Write the pickle and JSON dumps (``sub``: a subfolder, e.g. warm-up)."""
         import torch  # noqa: PLC0415
 
         c10d: Any = torch._C._distributed_c10d
@@ -57,7 +58,7 @@ class FlightDumper:
             "json": c10d._dump_fr_trace_json(True, False),
         }
         for kind, data in blobs.items():
-            folder = self.out / kind
+            folder = self.out / sub / kind if sub else self.out / kind
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f".rank_{self.rank}.tmp"
             tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
@@ -67,6 +68,8 @@ class FlightDumper:
         """Daemon loop: dump once per stall of ``stall_s`` without progress."""
         while True:
             time.sleep(0.2)
+            if self.progress == 0:
+                continue  # armed after the first iteration (startup is slow)
             if self.progress != self._seen:
                 self._seen, self._last_change = self.progress, time.monotonic()
             elif (
@@ -120,7 +123,7 @@ def _train(args: argparse.Namespace, dumper: FlightDumper | None) -> None:
         if dumper is not None:
             dumper.progress = it + 1
             if it == 0:
-                dumper.dump()  # warm the first dump up
+                dumper.dump("warm")  # pays any first-dump cost up front
         if args.iter_sleep_s:
             time.sleep(args.iter_sleep_s)
     elapsed = time.perf_counter() - t_start

@@ -1,0 +1,153 @@
+"""Live tracing of ``torch.distributed`` jobs into the node agent's ring buffer.
+
+Three ways in, none needing a code change beyond one line or one variable:
+
+* ``import mycroft.producers.torch as mt; mt.install()`` anywhere before or
+  after ``init_process_group``;
+* ``python -m mycroft.producers.torch.run train.py ARGS`` (also as
+  ``torchrun ... -m mycroft.producers.torch.run train.py``);
+* ``MYCROFT_TORCH_TRACE=1`` with ``PYTHONPATH=$(python -m
+  mycroft.producers.torch.run --hook-dir)``: that folder's ``sitecustomize``
+  calls :func:`install_from_env`, which patches ``torch.distributed`` as soon
+  as the program imports it (torch is never imported on its behalf).
+
+Settings (read only by :func:`install_from_env`, never at import):
+``MYCROFT_RING_DIR`` (default ``/dev/shm/mycroft``, what ``mycroft agent
+--ring-dir`` reads), ``MYCROFT_TORCH_RING_SLOTS`` (65536),
+``MYCROFT_TORCH_BEAT_S`` (0.1), ``MYCROFT_TORCH_KEEP_RING=1`` (leave the ring
+file at a clean exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import importlib.abc
+import importlib.machinery
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from mycroft.producers.torch.tracer import DEFAULT_RING_DIR, Tracer
+
+log = logging.getLogger(__name__)
+ENV_FLAG = "MYCROFT_TORCH_TRACE"
+_state: dict[str, Any] = {}
+
+
+def install(
+    ring_dir: Path | str | None = None,
+    nslots: int = 1 << 16,
+    beat_s: float = 0.1,
+    keep_ring: bool = False,
+) -> Tracer:
+    """Wrap the ``torch.distributed`` ops of this process; return the tracer.
+
+    Idempotent: a second call returns the running tracer. The ring file is
+    created at ``init_process_group`` (or now, if it already ran) in
+    ``ring_dir`` (default ``/dev/shm/mycroft``).
+    """
+    running = _state.get("tracer")
+    if isinstance(running, Tracer):
+        return running
+    from mycroft.producers.torch.patch import Patcher  # noqa: PLC0415 - torch
+
+    dist = importlib.import_module("torch.distributed")
+    tracer = Tracer(ring_dir or DEFAULT_RING_DIR, nslots, beat_s, not keep_ring)
+    patcher = Patcher(tracer, dist)
+    patcher.install()
+    _state.update(tracer=tracer, patcher=patcher)
+    atexit.register(uninstall)
+    return tracer
+
+
+def uninstall() -> None:
+    """Restore the original ops and close the ring (called at exit too)."""
+    patcher = _state.pop("patcher", None)
+    tracer = _state.pop("tracer", None)
+    if patcher is not None:
+        patcher.uninstall()
+    if tracer is not None:
+        tracer.close()
+
+
+def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """``install`` keyword arguments from ``MYCROFT_*`` variables.
+
+    Raises:
+        ValueError: a variable does not parse; the message names it.
+    """
+    out: dict[str, Any] = {"ring_dir": env.get("MYCROFT_RING_DIR") or None}
+    for key, name, typ in (
+        ("nslots", "MYCROFT_TORCH_RING_SLOTS", int),
+        ("beat_s", "MYCROFT_TORCH_BEAT_S", float),
+    ):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                out[key] = typ(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not a {typ.__name__}") from None
+    out["keep_ring"] = env.get("MYCROFT_TORCH_KEEP_RING", "") not in ("", "0")
+    return out
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Calls ``install`` right after ``torch.distributed`` finished importing."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch.distributed":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_install(module: ModuleType) -> None:
+            exec_module(module)
+            _install_env()
+
+        loader.exec_module = exec_then_install  # type: ignore[method-assign]
+        return spec
+
+
+def _install_env() -> None:
+    try:
+        install(**_state.pop("env_settings", {}))
+    except Exception as exc:  # never break the training job
+        log.warning("mycroft: torch tracing not installed: %s", exc)
+
+
+def install_from_env(env: Mapping[str, str] | None = None) -> bool:
+    """The opt-in hook: trace if ``MYCROFT_TORCH_TRACE=1``; return whether armed.
+
+    Does not import torch: if ``torch.distributed`` is not imported yet, the
+    wrappers go in right after the program imports it.
+    """
+    env = os.environ if env is None else env
+    if env.get(ENV_FLAG, "") in ("", "0"):
+        return False
+    try:
+        _state["env_settings"] = settings_from_env(env)
+    except ValueError as exc:
+        print(f"mycroft: torch tracing disabled: {exc}", file=sys.stderr)
+        return False
+    if "torch.distributed" in sys.modules:
+        _install_env()
+    elif not any(isinstance(f, _PostImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportHook())
+    return True
+
+
+__all__ = ["ENV_FLAG", "Tracer", "install", "install_from_env", "uninstall"]

@@ -1,0 +1,175 @@
+"""The torch-free half of the tracer: communicator ids, the ring, the liveness beat.
+
+:class:`Tracer` owns one ring per training process (``schemas/ring.md``,
+layout version 2) and writes, per op, an OP_ISSUED record before the op is
+handed to the backend and an OP_DONE record once it completed on this rank.
+A daemon thread writes a BEAT every ``beat_s`` so that a process that dies or
+freezes shows up as a stale ``seen_ns`` at the agent. Writes never wait on
+the agent or on I/O: the ring overwrites its oldest slot when full. The only
+shared lock is the ring's, held for one 64-byte slot write (~2 us).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mycroft.producers.ring import DEFAULT_NSLOTS, RingWriter
+from mycroft.producers.ring_layout import (
+    Beat,
+    Comm,
+    RingRecord,
+    comm_name_record,
+    comm_ranks_records,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RING_DIR = "/dev/shm/mycroft"  # noqa: S108 - the agent's default ring dir
+
+
+def comm_hash(group_name: str) -> int:
+    """A u64 communicator id every rank derives alike from the group's name.
+
+    torch names process groups deterministically (``"0"`` for the default
+    group, then a counter in creation order, or the name the user gave), and
+    every member creates its groups in the same order, so all ranks agree.
+    The Flight Recorder import uses the same function on the dump's names.
+    """
+    digest = hashlib.blake2b(f"torch-pg:{group_name}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") or 1
+
+
+def p2p_hash(group_name: str, src: int, dst: int) -> int:
+    """The virtual communicator of point-to-point ops from ``src`` to ``dst``."""
+    return comm_hash(f"{group_name}:p2p:{src}->{dst}")
+
+
+@dataclass
+class CommRef:
+    """One communicator as this rank sees it: id, members, next op number."""
+
+    comm: int
+    ranks: tuple[int, ...]
+    name: str
+    seq: int = 0
+    written: bool = False
+
+
+@dataclass
+class TracerStats:
+    """What the tracer did (for tests and the bench)."""
+
+    issued: int = 0
+    done: int = 0
+    beats: int = 0
+    comms: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Tracer:
+    """Writes the op and liveness records of one training process.
+
+    Args:
+        ring_dir: folder the node agent reads (``mycroft agent --ring-dir``).
+        nslots: ring slots (64 bytes each); 64 Ki = 4 MiB.
+        beat_s: liveness period, seconds.
+        unlink_at_exit: remove the ring file in :meth:`close` (a crashed
+            process leaves it, so the agent sees the rank go silent).
+
+    The ring is created by :meth:`open` once the rank is known.
+    """
+
+    def __init__(
+        self,
+        ring_dir: Path | str = DEFAULT_RING_DIR,
+        nslots: int = DEFAULT_NSLOTS,
+        beat_s: float = 0.1,
+        unlink_at_exit: bool = True,
+    ) -> None:
+        self.ring_dir = Path(ring_dir)
+        self.nslots, self.beat_s = nslots, beat_s
+        self.unlink_at_exit = unlink_at_exit
+        self.ring: RingWriter | None = None
+        self.rank = -1
+        self.stats = TracerStats()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def open(self, rank: int, local_rank: int = -1) -> None:
+        """Create this process's ring and start the beat thread (idempotent)."""
+        if self.ring is not None:
+            return
+        self.ring_dir.mkdir(parents=True, exist_ok=True)
+        path = self.ring_dir / f"torch-r{rank}-p{os.getpid()}.ring"
+        self.ring = RingWriter(path, rank, self.nslots, local_rank, version=2)
+        self.rank = rank
+        self._beat = threading.Thread(
+            target=self._beat_loop, name="mycroft-beat", daemon=True
+        )
+        self._beat.start()
+        log.info("mycroft: tracing rank %d into %s", rank, path)
+
+    def register(self, ref: CommRef, comm_rank: int) -> None:
+        """Write COMM, COMM_NAME and COMM_RANKS for ``ref`` once."""
+        if self.ring is None or ref.written:
+            return
+        ref.written = True
+        now = time.time_ns()
+        records: list[RingRecord] = [
+            Comm(now, ref.comm, len(ref.ranks), comm_rank, 0, -1),
+            comm_name_record(now, ref.comm, ref.name),
+            *comm_ranks_records(now, ref.comm, ref.ranks),
+        ]
+        with self._lock:
+            ring = self.ring
+            if ring is None:
+                return
+            for rec in records:
+                ring.write(rec)
+        self.stats.comms += 1
+
+    def issued(  # noqa: PLR0917 - the hot path: positional is cheapest
+        self, ts_ns: int, comm: int, seq: int, nbytes: int, kind: int, dtype: int
+    ) -> None:
+        """OP_ISSUED: written before the op reaches the backend."""
+        with self._lock:
+            ring = self.ring
+            if ring is None:
+                return
+            ring.op_issued(ts_ns, comm, seq, nbytes, kind, dtype)
+        self.stats.issued += 1
+
+    def done(self, ts_ns: int, comm: int, seq: int, start_ns: int) -> None:
+        """OP_DONE: the op completed on this rank (``start_ns``: when it started)."""
+        with self._lock:
+            ring = self.ring
+            if ring is None:
+                return
+            ring.op_done(ts_ns, comm, seq, start_ns)
+        self.stats.done += 1
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            with self._lock:
+                ring = self.ring
+                if ring is None:
+                    return
+                ring.write(Beat(time.time_ns(), self.stats.issued))
+            self.stats.beats += 1
+
+    def close(self) -> None:
+        """Stop the beat; unmap (and unless kept, remove) the ring."""
+        self._stop.set()
+        if self._beat is not None and self._beat is not threading.current_thread():
+            self._beat.join(timeout=2 * self.beat_s + 1)
+        with self._lock:
+            ring, self.ring = self.ring, None
+            if ring is not None:
+                ring.close(unlink=self.unlink_at_exit)

@@ -1,0 +1,308 @@
+"""``mycroft analyze --flight-recorder DIR [--json]``: PyTorch Flight Recorder dumps.
+
+Reads one dump per rank (``<prefix><rank>``; pickle versions 2.x or the JSON
+form), skipping and reporting empty, truncated, foreign or unsupported files
+(never a crash; pickles are read with an unpickler that builds no objects but
+plain containers). gloo's malformed ``pg_config`` (one ``''`` group, ranks
+``'[]'``) is tolerated: members come from a valid ``pg_config`` entry, the
+world (``--world-size``, dump names) for the default group, else the ranks
+whose entries name the group.
+
+Entries become Mycroft records on the dumps' clock: a Topology, and per
+event a StateBatch (rc rows: issued/done per rank x group; op rows: ops in
+flight, nflows=0) and a CompletionBatch for retired ops. gloo records no end
+time: a retired op is taken to end at its last member's arrival (at most the
+rank's next issue). A rank is alive until its dump's mtime. The same core
+(``streams.analyze.run``) names culprits; FR-only evidence is added here: a
+rank whose dump is missing while peers wait in an op of its group is named
+(component ``process``) when the core names nobody, and a core culprit
+without a dump is relabelled ``process``. Output as ``mycroft analyze``
+plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mycroft.producers.torch.frdump import FrDumps, FrEntry, load_dir, read_dump
+from mycroft.producers.torch.tracer import comm_hash
+from mycroft.schemas.columns import DONE_OP_COLUMNS, OP_COLUMNS, RC_COLUMNS, dtype_of
+from mycroft.schemas.records import (
+    BatchHeader,
+    CommMembership,
+    CompletionBatch,
+    RankTopology,
+    Record,
+    StateBatch,
+    Topology,
+)
+from mycroft.streams.analyze import run, to_json
+
+__all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
+
+HOST = "flight-recorder"
+_GAP_NS, _GAP_FILL_NS = 200_000_000, 15_000_000_000
+
+
+def _ends(d: FrDumps) -> dict[tuple[int, str, int], int]:
+    """Estimated end of each retired op (its last member's arrival)."""
+    arrive: dict[tuple[str, int], int] = {}
+    for rows in d.entries.values():
+        for e in rows:
+            key = (e.pg, e.seq)
+            arrive[key] = max(arrive.get(key, 0), e.created_ns)
+    out: dict[tuple[int, str, int], int] = {}
+    for rank, rows in d.entries.items():
+        for i, e in enumerate(rows):
+            if not e.retired:
+                continue
+            end = e.completed_ns or arrive[(e.pg, e.seq)]
+            if i + 1 < len(rows) and not e.completed_ns:
+                end = min(end, max(rows[i + 1].created_ns, e.created_ns))
+            out[(rank, e.pg, e.seq)] = max(end, e.created_ns)
+    return out
+
+
+def to_records(d: FrDumps, job_id: str = "flight-recorder") -> list[tuple[int, Record]]:
+    """Convert the dumps into ``(ts_ns, record)`` pairs in time order."""
+    ends = _ends(d)
+    events: list[tuple[int, int, FrEntry]] = []  # (ts, 0 issue / 1 end, entry)
+    for rows in d.entries.values():
+        for e in rows:
+            events.append((e.created_ns, 0, e))
+            if (e.rank, e.pg, e.seq) in ends:
+                events.append((ends[(e.rank, e.pg, e.seq)], 1, e))
+    events.sort(key=lambda x: (x[0], x[1]))
+    if not events:
+        return []
+    last = max([events[-1][0], *d.mtime_ns.values()])
+    t0 = events[0][0]
+    out: list[tuple[int, Record]] = [(t0 - 1, _topology(d, job_id, t0 - 1))]
+    issued: dict[tuple[int, str], int] = {}
+    done: dict[tuple[int, str], int] = {}
+    flight: dict[tuple[int, str, int], FrEntry] = {}
+    finished: list[tuple[FrEntry, int]] = []
+    seq_no = 0
+    i = 0
+    for tick in _ticks([t for t, _, _ in events], last):
+        while i < len(events) and events[i][0] <= tick:
+            ts, what, e = events[i]
+            key = (e.rank, e.pg)
+            if what == 0:
+                issued[key] = max(issued.get(key, -1), e.seq)
+                flight[(e.rank, e.pg, e.seq)] = e
+            else:
+                done[key] = max(done.get(key, -1), e.seq)
+                flight.pop((e.rank, e.pg, e.seq), None)
+                finished.append((e, ts))
+            i += 1
+        seq_no += 1
+        head = BatchHeader(job_id, HOST, 0, seq_no, tick, 100)
+        out.append((tick, _state(d, head, issued, done, flight)))
+        if finished:
+            seq_no += 1
+            head = BatchHeader(job_id, HOST, 0, seq_no, tick, 100)
+            out.append((tick, _completions(head, finished)))
+            finished = []
+    return out
+
+
+def _ticks(times: list[int], last: int) -> list[int]:
+    """Every event time, plus a tick each 200 ms for 15 s into every gap."""
+    uniq = sorted(set(times) | {last})
+    out: list[int] = []
+    for a, b in zip(uniq, [*uniq[1:], uniq[-1]], strict=True):
+        out.append(a)
+        t = a + _GAP_NS
+        while t < b and t - a <= _GAP_FILL_NS:
+            out.append(t)
+            t += _GAP_NS
+    return out
+
+
+def _topology(d: FrDumps, job_id: str, ts: int) -> Topology:
+    ranks = []
+    for r in range(d.world):
+        comms = tuple(
+            CommMembership(
+                comm_hash(pg),
+                "world" if members == tuple(range(d.world)) and pg == "0" else desc,
+                len(members),
+                members.index(r),
+                members,
+            )
+            for pg, members in sorted(d.groups.items())
+            if r in members
+            for desc in [d.roles.get(pg, "") or f"pg{pg}"]
+        )
+        ranks.append(RankTopology(r, r, "", "", comms))
+    return Topology(job_id, HOST, "", ts, tuple(ranks))
+
+
+def _state(
+    d: FrDumps,
+    head: BatchHeader,
+    issued: dict[tuple[int, str], int],
+    done: dict[tuple[int, str], int],
+    flight: dict[tuple[int, str, int], FrEntry],
+) -> StateBatch:
+    tick = head.tick_ns
+    rc = [
+        (r, comm_hash(pg), issued.get((r, pg), -1), done.get((r, pg), -1), tick)
+        for r in sorted(d.entries)
+        for pg, members in sorted(d.groups.items())
+        if r in members and tick <= d.mtime_ns.get(r, tick)
+    ]
+    ops = [
+        (e.rank, comm_hash(e.pg), e.seq, e.kind, 0, 0, e.nbytes, e.created_ns, 0, 0)
+        for e in flight.values()
+    ]
+    return StateBatch(
+        head,
+        np.array(rc, dtype=dtype_of(RC_COLUMNS)),
+        np.array(ops, dtype=dtype_of(OP_COLUMNS)),
+    )
+
+
+def _completions(head: BatchHeader, done: list[tuple[FrEntry, int]]) -> CompletionBatch:
+    rows = [
+        (e.rank, comm_hash(e.pg), e.seq, e.kind, e.nbytes, e.created_ns, e.created_ns)
+        + (end, 0)
+        for e, end in done
+    ]
+    return CompletionBatch(head, np.array(rows, dtype=dtype_of(DONE_OP_COLUMNS)))
+
+
+def blocked(d: FrDumps) -> list[dict[str, Any]]:
+    """Per group, the first op some member is still in (not retired)."""
+    out = []
+    for pg, members in sorted(d.groups.items()):
+        open_ = [e for r in d.entries for e in d.entries[r] if e.pg == pg]
+        waiting = [e for e in open_ if not e.retired]
+        if not waiting:
+            continue
+        seq = min(e.seq for e in waiting)
+        at = [e for e in open_ if e.seq == seq]
+        arrived = sorted({e.rank for e in at})
+        out.append(
+            {
+                "group": pg,
+                "role": d.roles.get(pg, ""),
+                "collective_seq_id": seq + 1,
+                "op": at[0].op,
+                "input_sizes": sorted({e.sizes for e in at}),
+                "waiting_ranks": sorted({e.rank for e in waiting if e.seq == seq}),
+                "not_arrived": [r for r in members if r not in arrived],
+                "no_dump": [r for r in members if r not in d.entries],
+            }
+        )
+    return out
+
+
+def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
+    """Run the core on the converted dumps; the ``--json`` document."""
+    anomalies, causes = run(to_records(d, job_id))
+    doc = to_json(anomalies, causes)
+    stuck = blocked(d)
+    missing = set(d.missing)
+    for row in doc["root_causes"]:
+        if row["rank"] in missing and row["component"] == "host":
+            row["component"] = "process"
+            row["reason"] = (
+                "no Flight Recorder dump while peers wait on it: the process died "
+                f"(core: {row['reason']})"
+            )
+    if not doc["root_causes"]:
+        doc["root_causes"] = _missing_dump_culprits(d, stuck, job_id)
+    doc["flight_recorder"] = {
+        "world_size": d.world,
+        "dumps": sorted(d.entries),
+        "missing": sorted(missing),
+        "skipped": d.skipped,
+        "blocked": stuck,
+    }
+    return doc
+
+
+def _missing_dump_culprits(
+    d: FrDumps, stuck: list[dict[str, Any]], job_id: str
+) -> list[dict[str, Any]]:
+    """FR-only evidence: peers wait in an op of a group whose member left no dump."""
+    rows: list[dict[str, Any]] = []
+    for b in stuck:
+        for r in b["no_dump"]:
+            if any(row["rank"] == r for row in rows):
+                continue
+            waiting = b["waiting_ranks"]
+            when = max(e.created_ns for rr in waiting for e in d.entries[rr]) / 1e9
+            rows.append(
+                {
+                    "incident_id": f"{job_id}:hang:missing-dump:{r}",
+                    "revision": 0,
+                    "best": not rows,
+                    "rank": r,
+                    "host": "",
+                    "peer": None,
+                    "channel": None,
+                    "component": "process",
+                    "kind": "hang",
+                    "confidence": round(0.9 / max(len(b["no_dump"]), 1), 3),
+                    "reason": f"rank {r} left no Flight Recorder dump while ranks "
+                    f"{waiting} wait in {b['op']} seq {b['collective_seq_id']} "
+                    f"of group {b['group']} ({b['role']}): the process died",
+                    "onset_s": when,
+                    "detected_at_s": when,
+                    "resolved_at_s": when,
+                }
+            )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``DIR [--json] [--world-size N]``; 0 on success, 2 when DIR is unusable."""
+    ap = argparse.ArgumentParser(prog="mycroft analyze --flight-recorder")
+    ap.add_argument("dir", type=Path, help="folder of per-rank dumps <prefix><rank>")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument(
+        "--world-size", type=int, default=0, help="ranks in the job (finds lost ones)"
+    )
+    args = ap.parse_args(argv)
+    if not args.dir.is_dir():
+        print(f"mycroft analyze: {args.dir} is not a folder of dumps", file=sys.stderr)
+        return 2
+    d = load_dir(args.dir, args.world_size)
+    doc = analyze(d)
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+        return 0
+    fr = doc["flight_recorder"]
+    print(f"dumps of ranks {fr['dumps']}; missing {fr['missing']}")
+    for s in fr["skipped"]:
+        print(f"skipped {s['file']}: {s['reason']}")
+    for b in fr["blocked"]:
+        print(
+            f"blocked: {b['op']} seq {b['collective_seq_id']} of group {b['group']} "
+            f"({b['role']}): waiting {b['waiting_ranks']}, "
+            f"not arrived {b['not_arrived']}, no dump {b['no_dump']}"
+        )
+    for row in doc["root_causes"]:
+        mark = "*" if row["best"] else " "
+        print(
+            f"{mark} rank {row['rank']}: {row['kind']} {row['component']} "
+            f"({row['confidence']:.2f}) {row['reason']}"
+        )
+    if not doc["root_causes"]:
+        print("no culprit named")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

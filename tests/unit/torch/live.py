@@ -1,0 +1,132 @@
+"""Live-pipeline plumbing of the torch integration tests (not a test module).
+
+A real ``mycroft streams worker`` per test module, a real ``mycroft agent``
+per scenario (its ``--job-id`` is the scenario's), 4 real gloo ranks traced
+through the opt-in hook, and a reader of the root-cause topic.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from mycroft.schemas.codec import Codec
+from mycroft.schemas.records import RootCause
+from mycroft.streams.faust_settings import StreamSettings
+from mycroft.streams.faust_topics import ensure_topics
+from mycroft.topics import TopicSet
+from tests.integration.test_streams_e2e import WorkerProc
+from tests.unit.torch import harness
+
+
+def worker(bootstrap: str, tmp: Path) -> Iterator[StreamSettings]:
+    """Run one worker on fresh topics for a module (generator fixture body)."""
+    app_id = f"torch-live-{time.time_ns() % 10**10}"
+    s = StreamSettings(
+        bootstrap,
+        app_id=app_id,
+        prefix=f"{app_id}.",
+        partitions=1,
+        evaluate_interval_s=0.2,
+        snapshot_interval_s=1.0,
+        data_dir=str(tmp / "data"),
+    )
+    ensure_topics(s)
+    w = WorkerProc(s, tmp / "worker.log")
+    w.start(60)
+    try:
+        yield s
+    finally:
+        w.stop()
+
+
+def start_agent(s: StreamSettings, job_id: str, tmp: Path) -> subprocess.Popen[bytes]:
+    """``mycroft agent`` reading ``tmp/rings`` for ``job_id``."""
+    with open(tmp / "agent.log", "wb") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mycroft",
+                "agent",
+                "--job-id",
+                job_id,
+                "--host",
+                "node0",
+                "--ring-dir",
+                str(tmp / "rings"),
+                "--spool-dir",
+                str(tmp / "spool"),
+                "--bootstrap",
+                s.bootstrap,
+                "--topic-prefix",
+                s.prefix,
+                "--partitions",
+                "1",
+                "--interval-ms",
+                "100",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def root_cause_poller(s: StreamSettings) -> Callable[[], list[RootCause]]:
+    """A poller of the root-cause topic from its beginning."""
+    consumer = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "unused"})
+    consumer.assign([TopicPartition(TopicSet(s.prefix, 1).rootcause, 0, 0)])
+    codec, got = Codec(), []
+
+    def poll() -> list[RootCause]:
+        for msg in consumer.consume(100, 0.3):
+            if msg.error() is None:
+                rec = codec.decode(msg.value() or b"")
+                if isinstance(rec, RootCause):
+                    got.append(rec)
+        return got
+
+    return poll
+
+
+def named(rc: RootCause, rank: int, kind: str) -> bool:
+    """Whether ``rc``'s best culprit is ``rank`` with fault kind ``kind``."""
+    best = rc.culprits[0] if rc.culprits else None
+    return best is not None and (best.rank, best.kind.value) == (rank, kind)
+
+
+def run_live(
+    s: StreamSettings, scenario: str, tmp: Path, timeout_s: float = 45.0
+) -> list[RootCause]:
+    """Run ``scenario`` until its culprit is named (or ``timeout_s``); return RCs."""
+    job_id = f"torch-{scenario}-{time.time_ns() % 10**9}"
+    (tmp / "rings").mkdir()
+    rank, _comp, kind = harness.EXPECTED[scenario]
+    poll = root_cause_poller(s)
+    agent = start_agent(s, job_id, tmp)
+    found: list[RootCause] = []
+    try:
+        env = harness.traced_env(tmp / "rings")
+        with harness.run_ranks(harness.SCENARIO_ARGS[scenario], env, tmp / "logs"):
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                found = [r for r in poll() if r.job_id == job_id]
+                if any(named(r, rank, kind) for r in found):
+                    break
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(20)
+    return found
+
+
+def summary(found: list[RootCause]) -> list[tuple[str, list[tuple[int, str, float]]]]:
+    """Root causes in short, for assertion messages."""
+    return [
+        (r.kind.value, [(c.rank, c.component.value, c.confidence) for c in r.culprits])
+        for r in found
+    ]
