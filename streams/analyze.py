@@ -138,9 +138,7 @@ def to_json(
                     "onset_s": rc.onset_ns / 1e9,
                     "detected_at_s": rc.detected_ns / 1e9,
                     "resolved_at_s": rc.resolved_ns / 1e9,
-                    "first_resolved_at_s": first.get(
-                        rc.incident_id, rc.resolved_ns
-                    )
+                    "first_resolved_at_s": first.get(rc.incident_id, rc.resolved_ns)
                     / 1e9,
                 }
             )

@@ -218,7 +218,7 @@ class HostWriter:
 
     def write(self, record: Record, ts_ns: int) -> None:
         """Pass the record on when it belongs to this agent's host."""
-        host = record.header.host if hasattr(record, "header") else record.host
+        host = getattr(getattr(record, "header", record), "host", None)
         if self.host in ("*", host):
             self.inner.write(record, ts_ns)
 

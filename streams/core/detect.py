@@ -243,9 +243,7 @@ def observe_collective(
                 _slow_anomaly(ctx, stat, metric, value, base.stats()[0], ranks, now_ns)
             )
     if not fired:
-        book.get((stat.comm, "span_any")).observe(
-            float(stat.queued_span_ns), cfg, 1e18
-        )
+        book.get((stat.comm, "span_any")).observe(float(stat.queued_span_ns), cfg, 1e18)
     return fired
 
 

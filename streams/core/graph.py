@@ -81,7 +81,10 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
     mine = flows[
         (flows["rank"] == rank) & (flows["comm"] == comm) & (flows["seq"] == seq)
     ]
-    open_recv = mine[(mine["dir"] == RECV) & (mine["done"] < mine["total"])]
+    # A recv flow waits on its peer only while data is still to arrive
+    # (``transmitted`` = arrived < total); data that arrived but was not
+    # consumed (``done``) is waiting on the receiving rank's own GPU.
+    open_recv = mine[(mine["dir"] == RECV) & (mine["transmitted"] < mine["total"])]
     for f in open_recv:
         g.add_edge(
             rank,

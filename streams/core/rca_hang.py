@@ -13,6 +13,7 @@ transmitted, done of the frozen flows):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -45,6 +46,11 @@ class Suspect:
         return comp, self.scores[comp]
 
 
+_ALIVE_MARGIN_NS = 1_000_000
+"""Same-clock progress this much after a flow froze proves a NIC still works
+(channels of one op freeze microseconds apart; a ring step takes ms)."""
+
+
 def _frozen_send(flows: np.ndarray, rank: int) -> np.ndarray:
     out: np.ndarray = flows[
         (flows["rank"] == rank)
@@ -58,12 +64,7 @@ def _score_lost(
     ctx: DetectContext, sus: Suspect, how: str, flows: np.ndarray, lost: set[int]
 ) -> None:
     sends = _frozen_send(flows, sus.rank)
-    gt = sends[
-        _excess(
-            sends["gpu_ready"] - sends["transmitted"],
-            flows["gpu_ready"] - flows["transmitted"],
-        )
-    ]
+    gt = sends[sends["gpu_ready"] > sends["transmitted"]]
     nic_mates = ctx.topo.ranks_on_nic(sus.rank)
     host_mates = ctx.topo.ranks_on_host(ctx.topo.host_of(sus.rank))
     if len(gt):
@@ -116,56 +117,104 @@ def _excess(gap: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return gap > base + 1
 
 
-def stuck_senders(flows: np.ndarray, group: set[int]) -> set[int]:
-    """Ranks of ``group`` with open send flows frozen ready-not-sent (G>T).
+def frozen_ready_not_sent(flows: np.ndarray, frozen_ns: int) -> np.ndarray:
+    """Mask of open send flows frozen with data ready but not sent (G > T).
 
-    "Beyond the group's normal gap": the median G-T of the group's send
-    flows is pipelining slack, not a symptom.
+    Frozen: no counter moved for ``frozen_ns`` before the flow's own tick
+    (same host clock). In a hang every flow at the blocked point is frozen,
+    so any G > T beyond the job's usual pipelining slack (median gap of the
+    open send flows, + 1 chunk) is a candidate; whether the cause is local or
+    remote is decided by the receiver's state (``_score_in_op``).
     """
-    gsend = flows[
-        (flows["dir"] == SEND)
-        & (flows["done"] < flows["total"])
-        & np.isin(flows["rank"], list(group))
-    ]
-    gap = gsend["gpu_ready"] - gsend["transmitted"]
-    return set(gsend["rank"][_excess(gap, gap)].tolist())
+    open_send = (flows["dir"] == SEND) & (flows["done"] < flows["total"])
+    gap = flows["gpu_ready"] - flows["transmitted"]
+    out: np.ndarray = (
+        open_send
+        & _excess(gap, gap[open_send])
+        & (flows["tick_ns"] - flows["last_ns"] >= frozen_ns)
+    )
+    return out
 
 
-def _score_in_op(
-    sus: Suspect, flows: np.ndarray, group: set[int], stuck: set[int]
+def _in_op_keys(flows: np.ndarray) -> set[tuple[int, int, int]]:
+    """``(rank, comm, seq)`` of every op that has flow rows (rank is in it)."""
+    return set(
+        zip(
+            flows["rank"].tolist(),
+            flows["comm"].tolist(),
+            flows["seq"].tolist(),
+            strict=True,
+        )
+    )
+
+
+def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
+    sus: Suspect,
+    flows: np.ndarray,
+    group: set[int],
+    gt_mask: np.ndarray,
+    present: set[tuple[int, int, int]],
+    blame: Callable[[int], Suspect],
+    host_of: Callable[[int], str] | None = None,
+    not_started_ranks: set[int] | None = None,
 ) -> None:
     r = sus.rank
     mine = flows[flows["rank"] == r]
     sends = mine[(mine["dir"] == SEND) & (mine["done"] < mine["total"])]
     gsend = flows[(flows["dir"] == SEND) & np.isin(flows["rank"], list(group))]
-    gt = sends[
-        _excess(
-            sends["gpu_ready"] - sends["transmitted"],
-            gsend["gpu_ready"] - gsend["transmitted"],
-        )
-    ]
-    # Table 4, G > T: local cause (the sender's NIC/RDMA) when the receiver
-    # is ready, i.e. not itself stuck with ready-not-sent data; a receiver
-    # that is stuck cannot free its buffers (remote cause: the credit stall
-    # propagates backwards along the ring), so such flows are weak evidence.
-    local = gt[~np.isin(gt["peer"], list(stuck))] if stuck else gt
-    if len(local):
-        worst = local[np.argmax(local["gpu_ready"] - local["transmitted"])]
-        sus.flow = (int(worst["peer"]), int(worst["channel"]))
+    gt = flows[gt_mask & (flows["rank"] == r)]
+    stuck = set(flows["rank"][gt_mask].tolist())
+    # Table 4, G > T: a local cause (the sender's NIC / RDMA path) when the
+    # receiver is ready: it is in the same op (has posted its side) and is
+    # not itself stuck with ready-not-sent data. Otherwise the receiver is
+    # not ready (remote cause): a receiver that cannot send cannot free its
+    # buffers, so credit stalls propagate backwards along a ring.
+    topo_host = host_of or (lambda _r: "")
+    mine_net = (
+        mine[
+            np.array(
+                [topo_host(int(q)) != topo_host(r) for q in mine["peer"]], dtype=bool
+            )
+        ]
+        if len(mine)
+        else mine
+    )
+    n_local = 0
+    for f in gt:
+        peer, ch = int(f["peer"]), int(f["channel"])
+        key = (peer, int(f["comm"]), int(f["seq"]))
+        if peer in stuck or key not in present:
+            sus.add(
+                Component.NIC,
+                0.3,
+                f"send flow {r}->{peer} ch {ch} G>T toward a receiver not ready "
+                "(remote cause)",
+            )
+            sus.flow = sus.flow or (peer, ch)
+            continue
+        # Same host clock: did this rank's NIC move anything after the flow
+        # froze? Then its NIC works and the path's other end (the receiver's
+        # NIC) stopped; else the sender's NIC/RDMA path is the local cause.
+        later = mine_net[mine_net["last_ns"] > int(f["last_ns"]) + _ALIVE_MARGIN_NS]
+        if len(later) and topo_host(peer) != topo_host(r):
+            other = blame(peer)
+            other.add(
+                Component.NIC,
+                1.5,
+                f"rank {r}'s data to rank {peer} froze (G>T) while rank {r}'s "
+                "NIC kept working: the receiving NIC stopped",
+            )
+            other.flow = other.flow or (r, ch)
+            continue
+        n_local += 1
+        if sus.flow is None or n_local == 1:
+            sus.flow = (peer, ch)
+    if n_local:
         sus.add(
             Component.NIC,
-            1.0 + len(local) / max(len(sends), 1),
-            f"{len(local)} send flow(s) ready but not transmitted (G>T) "
+            1.5 + n_local / max(len(sends), 1),
+            f"{n_local} send flow(s) frozen ready but not transmitted (G>T) "
             "to a receiver that is ready",
-        )
-    elif len(gt):
-        worst = gt[np.argmax(gt["gpu_ready"] - gt["transmitted"])]
-        sus.flow = (int(worst["peer"]), int(worst["channel"]))
-        sus.add(
-            Component.NIC,
-            0.3,
-            f"{len(gt)} send flow(s) G>T toward receiver(s) that are stuck "
-            "themselves (receiver not ready: remote cause)",
         )
     into = gsend[
         (gsend["peer"] == r)
@@ -181,23 +230,67 @@ def _score_in_op(
         )
         if sus.flow is None:
             sus.flow = (int(into["rank"][0]), int(into["channel"][0]))
+    # Table 4 "not started" (G = T = D = 0): the rank is in the op, its
+    # peers moved data in it, yet none of its flows ever progressed: its own
+    # GPU never ran the kernel (local cause), unlike a rank blocked upstream,
+    # which still moves its own step-0 data.
+    if len(mine) and not bool((mine["last_ns"] > 0).any()) and n_local == 0:
+        keys = set(zip(mine["comm"].tolist(), mine["seq"].tolist(), strict=True))
+        peers_moved = any(
+            (c, q) in keys and last > 0
+            for c, q, last, rr in zip(
+                flows["comm"].tolist(),
+                flows["seq"].tolist(),
+                flows["last_ns"].tolist(),
+                flows["rank"].tolist(),
+                strict=True,
+            )
+            if rr != r
+        )
+        if peers_moved:
+            sus.add(
+                Component.GPU,
+                2.0,
+                f"rank {r} is in the op but never moved a chunk while its "
+                "peers did (G=T=D=0: kernel never ran)",
+            )
+            return
     recv = mine[mine["dir"] == RECV]
-    if len(sends) and not len(gt):
-        got = float(recv["done"].sum()) / max(float(recv["total"].sum()), 1.0)
-        made = float(sends["gpu_ready"].sum()) / max(float(sends["total"].sum()), 1.0)
+    not_started = not_started_ranks or set()
+    waits_on_unstarted = bool(
+        len(sends) and np.isin(sends["peer"], list(not_started)).any()
+    )
+    if len(recv) and not n_local and not waits_on_unstarted:
+        # Table 4 "GPU not ready" (G = T = D frozen) seen against the input:
+        # the rank received more than it turned into output; input that
+        # arrived (transmitted) but its own kernel never consumed (done)
+        # adds to the evidence.
+        total = max(float(recv["total"].sum()), 1.0)
+        held = float((recv["transmitted"] - recv["done"]).sum()) / total
+        got = float(recv["transmitted"].sum()) / total
+        made = (
+            float(sends["gpu_ready"].sum()) / max(float(sends["total"].sum()), 1.0)
+            if len(sends)
+            else 0.0
+        )
         sus.scores.setdefault(Component.GPU, 0.0)
-        sus.scores[Component.GPU] += max(got - made, 0.0) * 4.0
-        if got - made > 0:
-            sus.reasons.append(
-                f"holds input it did not turn into output "
-                f"(received {got:.0%}, produced {made:.0%}; G=T=D frozen)"
+        if got > made:
+            sus.add(
+                Component.GPU,
+                1.0 + 4.0 * (got - made) + held,
+                f"holds input it did not consume (arrived {got:.0%}, "
+                f"consumed {got - held:.0%}, produced {made:.0%}; G=T=D frozen)",
             )
 
 
 def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
     stops: dict[int, int] = {}
     for r in suspects:
-        mine = flows[(flows["rank"] == r) & (flows["done"] < flows["total"])]
+        mine = flows[
+            (flows["rank"] == r)
+            & (flows["done"] < flows["total"])
+            & (flows["last_ns"] > 0)
+        ]
         if len(mine):
             stops[r] = int(mine["last_ns"].max())
     if len(stops) < 2:
@@ -230,8 +323,15 @@ def explain_hang(
     busy_ranks = set(s["rank"][s["issued"] > s["done"]].tolist())
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
+    gt_mask = frozen_ready_not_sent(flows, int(ctx.cfg.hang_min_s * 1e9 / 2))
+    present = _in_op_keys(flows)
+    moved = set(flows["rank"][flows["last_ns"] > 0].tolist())
+    unstarted = set(flows["rank"].tolist()) - moved
+
+    def blame(rank: int) -> Suspect:
+        return suspects.setdefault(rank, Suspect(rank))
+
     for group in groups:
-        stuck = stuck_senders(flows, group)
         if (
             len(group) == 1
             and next(iter(group)) not in lost | busy_ranks
@@ -251,7 +351,16 @@ def explain_hang(
                     f"op ranks {waiters[:8]} wait in",
                 )
             else:
-                _score_in_op(sus, flows, group, stuck)
+                _score_in_op(
+                    sus,
+                    flows,
+                    group,
+                    gt_mask,
+                    present,
+                    blame,
+                    ctx.topo.host_of,
+                    unstarted,
+                )
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     evidence.extend(_chain(g, start, suspects))
     return _rank(ctx, suspects, FaultKind.HANG), evidence

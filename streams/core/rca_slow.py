@@ -36,6 +36,8 @@ class FlowFeatures:
     rank: int
     peer: int
     channel: int
+    comm: int
+    total: float
     gt_gap: float
     td_gap: float
     ready: float
@@ -52,15 +54,19 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
             send["rank"].astype(np.int64),
             send["peer"].astype(np.int64),
             send["channel"].astype(np.int64),
+            send["comm"].view(np.int64),
         ],
         1,
     )
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
+    # One sort groups every flow's snapshots in tick order (no per-flow scan).
+    order = np.lexsort((send["tick_ns"], inv))
+    send, inv = send[order], inv[order]
+    bounds = np.searchsorted(inv, np.arange(len(uniq) + 1))
     out = []
-    for i, (rank, peer, ch) in enumerate(uniq.tolist()):
-        f = send[inv == i]
-        f = f[np.argsort(f["tick_ns"], kind="stable")]
+    for i, (rank, peer, ch, comm) in enumerate(uniq.tolist()):
+        f = send[bounds[i] : bounds[i + 1]]
         tot = np.maximum(f["total"], 1).astype(np.float64)
         eps, longest = _freezes(f)
         out.append(
@@ -68,6 +74,8 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
                 rank,
                 peer,
                 ch,
+                int(np.int64(comm).view(np.uint64)),
+                total=float(np.median(tot)),
                 gt_gap=float(np.mean((f["gpu_ready"] - f["transmitted"]) / tot)),
                 td_gap=float(np.mean((f["transmitted"] - f["done"]) / tot)),
                 ready=float(np.mean(f["gpu_ready"] / tot)),
@@ -136,7 +144,7 @@ def explain_slowdown(
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
     flows = _flow_features(ctx.store.flow_history(since_ns))
-    _score_flows(suspects, flows)
+    _score_flows(ctx, suspects, flows)
     late, end_lag, early = _late_scores(ctx, stats)
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
     _score_timing(ctx, suspects, late, end_lag, early, span, flows)
@@ -164,14 +172,28 @@ def _outliers(values: dict[int, float], floor: float) -> dict[int, float]:
     return {r: v - med for r, v in values.items() if v > cut}
 
 
-def _score_flows(suspects: dict[int, Suspect], flows: list[FlowFeatures]) -> None:
-    by = {(f.rank, f.peer, f.channel): f for f in flows}
+def _score_flows(
+    ctx: DetectContext, suspects: dict[int, Suspect], flows: list[FlowFeatures]
+) -> None:
+    # Flows are only comparable with flows of the same kind of communicator
+    # (a PP send of a whole activation keeps a different G-T gap than a DP
+    # ring step), so outliers are taken per communicator role.
+    roles: dict[str, list[int]] = {}
+    for i, f in enumerate(flows):
+        info = ctx.topo.comms.get(f.comm)
+        roles.setdefault(info.role if info else "other", []).append(i)
     for comp, attr, floor in (
         (Component.NIC, "gt_gap", 0.05),
         (Component.NETWORK, "td_gap", 0.05),
     ):
-        vals = {i: getattr(f, attr) for i, f in enumerate(flows)}
-        for i, excess in _outliers(vals, floor).items():
+        found: dict[int, float] = {}
+        for idx in roles.values():
+            vals = {i: getattr(flows[i], attr) for i in idx}
+            # Counters move in whole chunks: a gap of a chunk or two is
+            # granularity, not a symptom (2 chunks of the role's median flow).
+            chunks = 2.0 / max(float(np.median([flows[i].total for i in idx])), 1.0)
+            found.update(_outliers(vals, max(floor, chunks)))
+        for i, excess in found.items():
             f = flows[i]
             kind = comp
             if comp is Component.NIC and f.episodes and f.episodes <= 2:
@@ -186,7 +208,6 @@ def _score_flows(suspects: dict[int, Suspect], flows: list[FlowFeatures]) -> Non
             )
             if sus.flow is None or 1.0 + 4 * excess > prev:
                 sus.flow = (f.peer, f.channel)
-    del by
 
 
 def _score_timing(  # noqa: PLR0917 - private helper of one module

@@ -292,7 +292,7 @@ class Emitter:
             1,
             nbytes,
             issue,
-            op.start if p > 0 else 0,
+            _begin(op, r) if p > 0 else 0,
             len(flows),
         )
         return op_row, flows
@@ -304,7 +304,7 @@ class Emitter:
             hdr, _arr(RC_COLUMNS, rc), _arr(OP_COLUMNS, ops), _arr(FLOW_COLUMNS, flows)
         )
         rows = [
-            (r, op.comm, op.seq, op.kind, op.nbytes, op.issue[r], op.start, end, 0)
+            (r, op.comm, op.seq, op.kind, op.nbytes, op.issue[r], _begin(op, r), end, 0)
             for r, op, end in done_ops
         ]
         cb = CompletionBatch(
@@ -313,6 +313,13 @@ class Emitter:
             empty(DONE_FLOW_COLUMNS),
         )
         return [(t, sb), (t, cb)]
+
+
+def _begin(op: Op, r: int) -> int:
+    """A rank's first progress: its kernel starts when it arrives (no CPU
+    run-ahead in this script, so arrival is its issue) and moves its own step-0
+    data at once; the ring as a whole only moves once every member is in."""
+    return min(op.issue[r], op.start)
 
 
 def _arr(group, rows) -> np.ndarray:

@@ -1,0 +1,158 @@
+"""Regression tests for general bugs found by running the core on the simulator.
+
+Each test names the principle it protects; none depends on simulator quirks.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
+from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component
+from mycroft.streams.analyze import Replay, to_json
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.completions import CollectiveStat, matching_kind
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import DetectContext, observe_collective
+from mycroft.streams.core.graph import _data_edges
+from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.topology import JobTopology
+
+MS = 1_000_000
+
+
+def test_p2p_send_and_recv_at_one_seq_agree():
+    """The two sides of a P2P transfer (send / recv) are one op, not a mismatch."""
+    kinds = np.array([OP_NAMES.index("send"), OP_NAMES.index("recv")], np.uint8)
+    out = matching_kind(kinds)
+    assert out[0] == out[1]
+    ar = np.array([OP_NAMES.index("allreduce")], np.uint8)
+    assert matching_kind(ar)[0] == ar[0]
+    assert (
+        matching_kind(np.array([OP_NAMES.index("allgather")], np.uint8))[0] != (out[0])
+    )
+
+
+def _stat(seq, begin, end, issue=None):
+    n = len(begin)
+    begin = np.asarray(begin, np.int64)
+    return CollectiveStat(
+        comm=1,
+        seq=seq,
+        kind=0,
+        nbytes=1 << 20,
+        ranks=np.arange(n, dtype=np.int32),
+        issue_ns=np.asarray(issue if issue is not None else begin, np.int64),
+        start_ns=begin,
+        end_ns=np.asarray(end, np.int64),
+        prev_issue_ns=np.full(n, -1, np.int64),
+    )
+
+
+def test_xfer_is_clock_offset_free_and_uses_kernel_start():
+    """xfer = shortest own-clock start-to-end; CPU enqueue time is not arrival."""
+    off = 7 * MS  # rank 1's host clock is 7 ms ahead
+    st = _stat(
+        0,
+        begin=[100 * MS, 100 * MS + off],
+        end=[110 * MS, 110 * MS + off],
+        issue=[50 * MS, 80 * MS + off],  # CPU ran ahead by different amounts
+    )
+    assert st.xfer_ns == 10 * MS
+    assert st.queued_span_ns > st.span_ns
+
+
+def _ctx():
+    cfg = DetectorConfig()
+    return DetectContext(
+        "j", ProgressStore(cfg.history_ns), JobTopology(), BaselineBook(64), cfg
+    )
+
+
+def test_one_off_stragglers_on_different_ranks_are_not_a_slowdown():
+    """Arrival skew is judged per rank; independent one-off stragglers on
+    different ranks of a comm must not add up to a persistent slowdown."""
+    ctx = _ctx()
+    rng = np.random.default_rng(0)
+    fired = []
+    t = 0
+    for seq in range(60):
+        begin = t + rng.integers(0, MS // 2, 8)
+        if seq in (30, 31, 32):  # three different ranks, once each, 6 ms late
+            begin[seq - 30] += 6 * MS
+        end = np.full(8, begin.max() + MS // 5)
+        fired += observe_collective(ctx, _stat(seq, begin, end), t)
+        t += 20 * MS
+    assert fired == []
+
+
+def test_persistent_late_rank_fires():
+    ctx = _ctx()
+    rng = np.random.default_rng(1)
+    fired = []
+    t = 0
+    for seq in range(40):
+        begin = t + rng.integers(0, MS // 2, 8)
+        if seq >= 20:
+            begin[5] += 10 * MS
+        end = np.full(8, begin.max() + MS // 5)
+        fired += observe_collective(ctx, _stat(seq, begin, end), t)
+        t += 20 * MS
+    assert any(a.detector == "slow_late" and a.ranks == (5,) for a in fired)
+
+
+def _flows(rows):
+    a = np.zeros(len(rows), FLAT_FLOW)
+    for i, r in enumerate(rows):
+        a[i] = r
+    return a
+
+
+def test_recv_whose_data_all_arrived_waits_on_itself_not_the_peer():
+    """A recv flow waits on its peer only while data is still to arrive."""
+    # (tick, rank, comm, seq, ch, peer, dir, total, G, T, D, last)
+    fl = _flows(
+        [
+            (0, 1, 9, 3, 0, 0, RECV, 16, 16, 16, 4, 1),  # all arrived, not consumed
+            (0, 2, 9, 3, 0, 0, RECV, 16, 8, 8, 8, 1),  # still waiting for data
+            (0, 1, 9, 3, 0, 2, SEND, 16, 4, 4, 4, 1),
+        ]
+    )
+    g = nx.DiGraph()
+    _data_edges(g, fl, JobTopology(), 1, 9, 3)
+    _data_edges(g, fl, JobTopology(), 2, 9, 3)
+    assert not g.has_edge(1, 0)
+    assert g.has_edge(2, 0)
+
+
+def _sim(fault: str, seed: int, duration: float = 14.0, shape=(4, 2, 2)):
+    tp, pp, dp = shape
+    cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=duration, seed=seed)
+    rp = Replay()
+    res = simulate(cfg, [parse_spec(fault)] if fault else [], rp)
+    a, c = rp.finish()
+    return res.truth(), to_json(a, c, rp.first_resolved_ns)
+
+
+def test_sim_healthy_pipeline_is_silent():
+    """PP send/recv pairs, fwd/bwd phases and stragglers: no anomaly at all."""
+    _, doc = _sim("", 3, duration=10.0)
+    assert doc["anomalies"] == []
+    assert doc["root_causes"] == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "component"),
+    [("host-stall", Component.HOST), ("gpu-hang", Component.GPU)],
+)
+def test_sim_hang_culprit(fault, component):
+    """host-stall: idle rank that stopped issuing -> host, not process;
+    gpu-hang: input arrived but never consumed -> gpu on the hung rank."""
+    truth, doc = _sim(f"{fault}:rank=5,at=6", 2)
+    best = doc["root_causes"][0]
+    assert best["rank"] in truth["faults"][0]["ranks"]
+    assert best["component"] == component.value
