@@ -187,9 +187,24 @@ def _print_human(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> None
 def main(argv: Sequence[str] | None = None) -> int:
     """Analyze trace files; return 0 (findings or not), 2 on bad usage."""
     ap = argparse.ArgumentParser(prog="mycroft analyze", description=__doc__)
-    ap.add_argument("paths", nargs="+", help="trace files (.myct, .gz)")
+    ap.add_argument("paths", nargs="*", help="trace files (.myct, .gz)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument(
+        "--flight-recorder",
+        metavar="DIR",
+        help="analyze a folder of PyTorch Flight Recorder dumps instead",
+    )
+    ap.add_argument(
+        "--world-size", type=int, default=0, help="with --flight-recorder: job ranks"
+    )
     args = ap.parse_args(argv)
+    if args.flight_recorder:
+        from mycroft.streams import flight_recorder  # noqa: PLC0415 (imports us)
+
+        fr_args = [args.flight_recorder, "--world-size", str(args.world_size)]
+        return flight_recorder.main(fr_args + (["--json"] if args.json else []))
+    if not args.paths:
+        ap.error("give trace files, or --flight-recorder DIR")
     anomalies: list[Anomaly] = []
     causes: dict[str, RootCause] = {}
     first: dict[str, int] = {}

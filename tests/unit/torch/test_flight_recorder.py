@@ -139,3 +139,20 @@ def test_bad_files_are_reported_not_fatal(
 def test_empty_folder(tmp_path: Path) -> None:
     doc = fr.analyze(fr.load_dir(tmp_path))
     assert doc["root_causes"] == [] and doc["flight_recorder"]["world_size"] == 0
+
+
+def test_analyze_command_reads_flight_recorder_dumps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json  # noqa: PLC0415
+
+    from mycroft.cli import main as mycroft  # noqa: PLC0415
+
+    for r in range(3):
+        write(tmp_path, r, dump([*healthy(20, r), entry(21, 1050, retired=False)]))
+    set_mtime(tmp_path, 1060)
+    argv = ["analyze", "--flight-recorder", str(tmp_path), "--world-size", "4"]
+    assert mycroft([*argv, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["root_causes"][0]
+    assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")
+    assert mycroft(["analyze", "--flight-recorder", str(tmp_path / "missing")]) == 2
