@@ -232,8 +232,10 @@ class Agent:
             ):
                 break
             next_at += period
+            # Sleep, then serve callbacks: librdkafka's poll(timeout) returns
+            # early on internal events, which made this loop spin ~700 times/s.
             while (wait := next_at - time.monotonic()) > 0 and not stop.is_set():
-                self.shipper.transport.poll(min(wait, 0.05))
+                stop.wait(min(wait, 0.05))
                 self.shipper.pump()
             if wait < -10 * period:  # far behind (suspended): do not burst
                 next_at = time.monotonic()
