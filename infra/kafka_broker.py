@@ -19,13 +19,10 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -33,6 +30,7 @@ from confluent_kafka.admin import AdminClient
 from mycroft.errors import BrokerError, ConfigError, MycroftError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra._kafka_props import check_bootstrap
+from mycroft.infra._service import LocalService
 
 __all__ = ["KafkaBroker", "check_bootstrap", "default_cache_dir", "fetch_jars", "main"]
 
@@ -104,7 +102,7 @@ def fetch_jars(
     return cache
 
 
-class KafkaBroker:
+class KafkaBroker(LocalService):
     """A single-node KRaft broker+controller on two loopback ports.
 
     ``start()`` after ``stop()`` reuses the same ports and data folder, so clients
@@ -119,6 +117,10 @@ class KafkaBroker:
         keep: keep a temporary ``workdir`` after :meth:`close`.
     """
 
+    display_name = "the broker"
+    log_name = "broker.log"
+    error = BrokerError
+
     def __init__(
         self,
         workdir: Path | None = None,
@@ -129,27 +131,11 @@ class KafkaBroker:
     ) -> None:
         if heap_mb < kp.MIN_HEAP_MB:
             raise ConfigError(f"heap_mb={heap_mb} is below {kp.MIN_HEAP_MB}; raise it")
-        self._runtime = kp.Runtime()
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="mycroft-kafka-"))
-            self._runtime.owned_dir = None if keep else workdir
-        self._workdir = workdir.resolve()
+        super().__init__(workdir, keep=keep, prefix="mycroft-kafka-")
         self._heap_mb = heap_mb
         self._cache_dir = cache_dir
         self._ports: kp.BrokerPorts | None = None
         self._admin: AdminClient | None = None  # kept: a collected one fails futures
-        self._exit_code: int | None = None
-        self._finalizer = weakref.finalize(self, kp.reap, self._runtime)
-
-    @property
-    def workdir(self) -> Path:
-        """The folder holding ``server.properties``, ``data/`` and ``logs/``."""
-        return self._workdir
-
-    @property
-    def log_path(self) -> Path:
-        """The JVM's stdout and stderr, appended across restarts."""
-        return self._workdir / "broker.log"
 
     @property
     def bootstrap(self) -> str:
@@ -157,29 +143,6 @@ class KafkaBroker:
         if self._ports is None:
             raise BrokerError("the broker has no ports yet; call start() first")
         return f"{kp.HOST}:{self._ports.client}"
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs, else None."""
-        proc = self._runtime.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    @property
-    def is_running(self) -> bool:
-        """Whether the JVM process is alive (not necessarily ready)."""
-        return self.pid is not None
-
-    @property
-    def exit_code(self) -> int | None:
-        """How the last run ended (143: clean SIGTERM, -9: killed); None before."""
-        return self._exit_code
-
-    def rss_bytes(self) -> int:
-        """Return the JVM's resident set size in bytes (from ``/proc``)."""
-        rss: int | None = None if self.pid is None else kp.vmrss_bytes(self.pid)
-        if rss is None:
-            raise BrokerError("the broker is not running; start() it first")
-        return rss
 
     def start(self, timeout_s: float = 120.0, *, detach: bool = False) -> str:
         """Start the broker and wait until it answers metadata requests.
@@ -198,15 +161,13 @@ class KafkaBroker:
         """
         if self.is_running:
             return self.bootstrap
-        if not self._finalizer.alive:
-            raise BrokerError("this KafkaBroker was closed; create a new one")
         jars = fetch_jars(self._cache_dir)
         java = kp.require_tool("java")
         config = self._prepare(java, jars)
         started = time.monotonic()
         cmd = [*self._java(java, jars, self._heap_mb), "kafka.Kafka", str(config)]
-        self._launch(cmd, detach)
-        self._wait_ready(timeout_s)
+        self._popen(cmd, detach)
+        self._wait_until(self._answers_metadata, timeout_s)
         elapsed = time.monotonic() - started
         logger.info("Kafka ready at %s in %.1f s", self.bootstrap, elapsed)
         return self.bootstrap
@@ -249,30 +210,6 @@ class KafkaBroker:
         if done.returncode != 0:
             raise self._failure(f"StorageTool format exited with {done.returncode}")
 
-    def _launch(self, cmd: list[str], detach: bool) -> None:
-        with self.log_path.open("ab") as out:
-            out.write(f"--- mycroft: starting {' '.join(cmd)}\n".encode())
-            out.flush()
-            # A detached broker gets its own session so it outlives our terminal.
-            self._runtime.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self._workdir, start_new_session=detach,
-            )  # fmt: skip
-        self._runtime.detached = detach
-
-    def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self._answers_metadata():
-            proc = self._runtime.proc
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                self.stop()
-                raise self._failure(f"the broker exited ({code}) while starting")
-            if time.monotonic() > deadline:
-                self.stop(timeout_s=5.0)
-                raise self._failure(f"the broker was not ready after {timeout_s:.0f} s")
-            time.sleep(0.2)
-
     def _answers_metadata(self) -> bool:
         if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
             return False
@@ -283,38 +220,8 @@ class KafkaBroker:
         except KafkaException:
             return False
 
-    def _failure(self, what: str) -> BrokerError:
-        tail = kp.tail_lines(self.log_path)
-        return BrokerError(f"{what}; log {self.log_path} ends with:\n{tail}")
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL after ``timeout_s``); idempotent.
-
-        The work folder, ports and data stay, so :meth:`start` can run it again.
-        """
+    def _before_stop(self) -> None:
         self._admin = None  # first, so librdkafka does not retry a dying broker
-        proc, self._runtime.proc = self._runtime.proc, None
-        if proc is not None:
-            logger.info("stopping Kafka broker pid %d", proc.pid)
-            kp.terminate(proc, timeout_s)
-            self._exit_code = proc.returncode
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Stop the broker and delete its temporary work folder (unless ``keep``)."""
-        self.stop(timeout_s)
-        self._finalizer()
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _cmd_start(args: argparse.Namespace) -> int:

@@ -29,13 +29,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
+from mycroft.infra._service import LocalService
 
 __all__ = ["OpenSearchError", "OpenSearchServer", "fetch_distribution", "main"]
 
@@ -151,7 +150,7 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
         os.chown(path, uid, gid, follow_symlinks=False)
 
 
-class OpenSearchServer:
+class OpenSearchServer(LocalService):
     """A single-node OpenSearch on loopback; HTTP without auth.
 
     Args:
@@ -163,6 +162,10 @@ class OpenSearchServer:
         keep: keep a temporary ``workdir`` after :meth:`close`.
     """
 
+    display_name = "OpenSearch"
+    log_name = "opensearch.out"  # its own logs are in logs/
+    error = OpenSearchError
+
     def __init__(
         self,
         workdir: Path | None = None,
@@ -172,22 +175,11 @@ class OpenSearchServer:
         user: str | None = None,
         keep: bool = False,
     ) -> None:
-        self._runtime = kp.Runtime()
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="mycroft-opensearch-"))
-            self._runtime.owned_dir = None if keep else workdir
-        self.workdir = workdir.resolve()
+        super().__init__(workdir, keep=keep, prefix="mycroft-opensearch-")
         self._heap_mb = heap_mb
         self._cache_dir = cache_dir
         self._user = user or os.environ.get("MYCROFT_OPENSEARCH_USER") or DEFAULT_USER
         self._ports: kp.BrokerPorts | None = None
-        self.startup_s: float | None = None
-        self._finalizer = weakref.finalize(self, kp.reap, self._runtime)
-
-    @property
-    def log_path(self) -> Path:
-        """stdout and stderr of the JVM (OpenSearch's own logs are in ``logs/``)."""
-        return self.workdir / "opensearch.out"
 
     @property
     def url(self) -> str:
@@ -195,19 +187,6 @@ class OpenSearchServer:
         if self._ports is None:
             raise OpenSearchError("OpenSearch has no port yet; call start() first")
         return f"http://{kp.HOST}:{self._ports.client}"
-
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs, else None."""
-        proc = self._runtime.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def rss_bytes(self) -> int:
-        """Resident set size of the JVM in bytes."""
-        rss = None if self.pid is None else kp.vmrss_bytes(self.pid)
-        if rss is None:
-            raise OpenSearchError("OpenSearch is not running")
-        return rss
 
     def start(self, timeout_s: float = 120.0, *, detach: bool = False) -> str:
         """Start it and wait for cluster health yellow; return the URL.
@@ -221,8 +200,14 @@ class OpenSearchServer:
         home = fetch_distribution(self._cache_dir)
         cmd, env = self._prepare(home)
         started = time.monotonic()
-        self._launch(cmd, env, detach)
-        self._wait_ready(timeout_s)
+        account = pwd.getpwnam(self._user) if os.geteuid() == 0 else None
+        self._popen(
+            cmd, detach, env=env,
+            user=None if account is None else account.pw_uid,
+            group=None if account is None else account.pw_gid,
+            extra_groups=None if account is None else [],
+        )  # fmt: skip
+        self._wait_until(self.healthy, timeout_s, "healthy")
         self.startup_s = time.monotonic() - started
         logger.info("OpenSearch ready at %s in %.1f s", self.url, self.startup_s)
         return self.url
@@ -259,31 +244,6 @@ class OpenSearchServer:
         cmd += [f"-E{key}={value}" for key, value in settings.items()]
         return cmd, env
 
-    def _launch(self, cmd: list[str], env: dict[str, str], detach: bool) -> None:
-        account = pwd.getpwnam(self._user) if os.geteuid() == 0 else None
-        with self.log_path.open("ab") as out:
-            self._runtime.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.workdir, env=env, start_new_session=detach,
-                user=None if account is None else account.pw_uid,
-                group=None if account is None else account.pw_gid,
-                extra_groups=None if account is None else [],
-            )  # fmt: skip
-        self._runtime.detached = detach
-
-    def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.healthy():
-            proc = self._runtime.proc
-            if proc is None or proc.poll() is not None:
-                code = None if proc is None else proc.returncode
-                self.stop()
-                raise self._failure(f"OpenSearch exited ({code}) while starting")
-            if time.monotonic() > deadline:
-                self.stop(timeout_s=5.0)
-                raise self._failure(f"OpenSearch not ready after {timeout_s:.0f} s")
-            time.sleep(0.25)
-
     def healthy(self) -> bool:
         """Whether cluster health is at least yellow."""
         if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
@@ -294,33 +254,6 @@ class OpenSearchServer:
                 return int(resp.status) == 200
         except (OSError, ValueError):
             return False
-
-    def _failure(self, what: str) -> OpenSearchError:
-        tail = kp.tail_lines(self.log_path)
-        return OpenSearchError(f"{what}; log {self.log_path} ends with:\n{tail}")
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent; data stays."""
-        proc, self._runtime.proc = self._runtime.proc, None
-        if proc is not None:
-            kp.terminate(proc, timeout_s)
-
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Stop it and delete a temporary work folder (unless ``keep``)."""
-        self.stop(timeout_s)
-        self._finalizer()
-
-    def __enter__(self) -> OpenSearchServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _ours(pid: int, workdir: Path) -> bool:

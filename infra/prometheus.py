@@ -18,21 +18,18 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
+from mycroft.infra._service import LocalService
 
 __all__ = ["PrometheusError", "PrometheusServer", "find_binary", "main"]
 
@@ -77,7 +74,7 @@ def render_config(targets: Sequence[str], job: str = "mycroft") -> str:
     return json.dumps(config, indent=2) + "\n"
 
 
-class PrometheusServer:
+class PrometheusServer(LocalService):
     """One Prometheus on ``127.0.0.1:<free port>`` scraping ``targets``.
 
     Args:
@@ -86,6 +83,10 @@ class PrometheusServer:
         keep: keep a temporary ``workdir`` after :meth:`close`.
     """
 
+    display_name = "Prometheus"
+    log_name = "prometheus.log"
+    error = PrometheusError
+
     def __init__(
         self,
         targets: Sequence[str],
@@ -93,15 +94,9 @@ class PrometheusServer:
         *,
         keep: bool = False,
     ) -> None:
-        self._runtime = kp.Runtime()
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="mycroft-prometheus-"))
-            self._runtime.owned_dir = None if keep else workdir
-        self.workdir = workdir.resolve()
+        super().__init__(workdir, keep=keep, prefix="mycroft-prometheus-")
         self.targets = tuple(targets)
         self._port: int | None = None
-        self.startup_s: float | None = None
-        self._finalizer = weakref.finalize(self, kp.reap, self._runtime)
 
     @property
     def url(self) -> str:
@@ -109,24 +104,6 @@ class PrometheusServer:
         if self._port is None:
             raise PrometheusError("Prometheus has no port yet; call start() first")
         return f"http://{kp.HOST}:{self._port}"
-
-    @property
-    def log_path(self) -> Path:
-        """Prometheus's stdout and stderr."""
-        return self.workdir / "prometheus.log"
-
-    @property
-    def pid(self) -> int | None:
-        """The process id while it runs, else None."""
-        proc = self._runtime.proc
-        return proc.pid if proc is not None and proc.poll() is None else None
-
-    def rss_bytes(self) -> int:
-        """Resident set size in bytes."""
-        rss = None if self.pid is None else kp.vmrss_bytes(self.pid)
-        if rss is None:
-            raise PrometheusError("Prometheus is not running")
-        return rss
 
     def start(self, timeout_s: float = 30.0, *, detach: bool = False) -> str:
         """Start it and wait for ``/-/ready``; return the URL.
@@ -148,13 +125,8 @@ class PrometheusServer:
                "--storage.tsdb.retention.time=1h", "--web.enable-lifecycle",
                "--log.level=warn"]  # fmt: skip
         started = time.monotonic()
-        with self.log_path.open("ab") as out:
-            self._runtime.proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                cwd=self.workdir, start_new_session=detach,
-            )  # fmt: skip
-        self._runtime.detached = detach
-        self._wait(timeout_s, self._ready, "ready")
+        self._popen(cmd, detach)
+        self._wait_until(self._ready, timeout_s)
         self.startup_s = time.monotonic() - started
         logger.info("Prometheus ready at %s in %.2f s", self.url, self.startup_s)
         return self.url
@@ -165,19 +137,6 @@ class PrometheusServer:
                 return int(resp.status) == 200
         except (OSError, ValueError):
             return False
-
-    def _wait(self, timeout_s: float, check: Any, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not check():
-            proc = self._runtime.proc
-            if proc is None or proc.poll() is not None:
-                tail = kp.tail_lines(self.log_path)
-                raise PrometheusError(
-                    f"Prometheus exited while waiting ({what}):\n{tail}"
-                )
-            if time.monotonic() > deadline:
-                raise PrometheusError(f"Prometheus not {what} after {timeout_s:.0f} s")
-            time.sleep(0.2)
 
     def api(self, path: str, **params: str) -> Any:
         """GET ``/api/v1/<path>``; return its ``data``.
@@ -214,7 +173,12 @@ class PrometheusServer:
     def wait_for_target(self, target: str, timeout_s: float = 20.0) -> None:
         """Wait until ``up{instance=target} == 1`` is visible in queries."""
         expr = f'up{{instance="{target}"}} == 1'
-        self._wait(timeout_s, lambda: bool(self.query(expr)), f"scraping {target}")
+        self._wait_until(
+            lambda: bool(self.query(expr)),
+            timeout_s,
+            f"scraping {target}",
+            stop_on_failure=False,
+        )
 
     def wait_for(self, expr: str, timeout_s: float = 20.0) -> list[dict[str, Any]]:
         """Wait until ``expr`` returns a non-empty result; return it."""
@@ -224,31 +188,8 @@ class PrometheusServer:
             found[:] = self.query(expr)
             return bool(found)
 
-        self._wait(timeout_s, check, f"answering {expr}")
+        self._wait_until(check, timeout_s, f"answering {expr}", stop_on_failure=False)
         return found
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after ``timeout_s``; idempotent."""
-        proc, self._runtime.proc = self._runtime.proc, None
-        if proc is not None:
-            kp.terminate(proc, timeout_s)
-
-    def close(self) -> None:
-        """Stop it and delete a temporary work folder (unless ``keep``)."""
-        self.stop()
-        self._finalizer()
-
-    def __enter__(self) -> PrometheusServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _cmd(args: argparse.Namespace) -> int:
