@@ -57,7 +57,6 @@ def create_topics(
     Raises:
         BrokerError: the broker refused a topic for another reason.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap} | (extra or {}))
     new = [
         NewTopic(
             topics.name(key),
@@ -67,6 +66,22 @@ def create_topics(
         )
         for key, spec in topics.specs.items()
     ]
+    return create_missing(bootstrap, new, timeout_s=timeout_s, extra=extra)
+
+
+def create_missing(
+    bootstrap: str,
+    new: list[NewTopic],
+    *,
+    timeout_s: float = 30.0,
+    extra: dict[str, Any] | None = None,
+) -> list[str]:
+    """Create the topics of ``new`` that do not exist yet; return those created.
+
+    Raises:
+        BrokerError: the broker refused a topic for another reason than existing.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap} | (extra or {}))
     created = []
     for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
         try:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from mycroft.errors import BrokerError
-from mycroft.kafka_client import create_topics
+from mycroft.kafka_client import create_missing, create_topics
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.topics import TopicSet
 
@@ -44,7 +41,6 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
     """
     topics = TopicSet(settings.prefix, settings.partitions)
     created = create_topics(settings.bootstrap, topics, timeout_s=timeout_s)
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
     new = [
         NewTopic(
             tick_topic(settings),
@@ -62,12 +58,4 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
         )
         for table, policy in TABLES.items()
     ]
-    for topic, future in admin.create_topics(new, request_timeout=timeout_s).items():
-        try:
-            future.result(timeout=timeout_s)
-            created.append(topic)
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"cannot create topic {topic}: {err.str()}") from exc
-    return created
+    return created + create_missing(settings.bootstrap, new, timeout_s=timeout_s)
