@@ -120,3 +120,52 @@ RENDERERS: dict[str, Renderer] = {
         _streams,
     ),
 }
+
+
+def _live_campaign(r: dict[str, Any]) -> list[str]:
+    rows = [
+        f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
+        f"{r['duration_s']:g} simulated s per run published live (wall-clock "
+        f"pace) into a real broker, {r['concurrency']} jobs at a time, "
+        f"{r['workers']} Faust workers; whole campaign {r['wall_s']} s. "
+        "Latencies are broker timestamps of "
+        "the anomaly / root-cause records minus the injected onset (seconds).",
+        "",
+        "| fault | n | detected | det p50 / p90 / max | RCA after det p50 / p90 / max "
+        "| rank | component | flow | false RC |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for fault, a in r["per_fault"].items():
+        if fault == "healthy":
+            continue
+        rows.append(
+            f"| {fault} | {a['n']} | {_pct(a['detection_rate'])} | "
+            f"{_num(a['detection_p50_s'])} / {_num(a['detection_p90_s'])} / "
+            f"{_num(a['detection_max_s'])} | {_num(a['rca_after_detection_p50_s'])} / "
+            f"{_num(a['rca_after_detection_p90_s'])} / "
+            f"{_num(a['rca_after_detection_max_s'])} | {_pct(a['rank_accuracy'])} | "
+            f"{_pct(a['component_accuracy'])} | {_pct(a['flow_accuracy'])} | "
+            f"{a['false_root_causes']} |"
+        )
+    h = r["per_fault"].get("healthy")
+    if h:
+        rows += ["", f"Healthy: {h['n']} runs, {h['simulated_minutes']} simulated "
+                 f"minutes, {h['false_root_causes']} false root cause(s), "
+                 f"{h['false_anomalies']} false anomalies."]  # fmt: skip
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f} %"
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+for _size in (64, 1024):
+    RENDERERS[f"campaign_live_{_size}"] = (
+        f"Live fault campaign, {_size} ranks (real broker, Faust workers)",
+        f"python bench/campaign_live.py --ranks {_size}",
+        _live_campaign,
+    )
