@@ -17,25 +17,13 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from mycroft.errors import MycroftError
 from mycroft.infra.kafka_broker import KafkaBroker, check_bootstrap
-
-_FALSY = {"", "0", "false", "no", "off"}
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in _FALSY
-
-
-def _unavailable(reason: str) -> NoReturn:
-    """Skip locally, fail loudly in CI: integration tests must run there."""
-    if _in_ci():
-        pytest.fail(f"Kafka broker unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"no Kafka broker: {reason}")
+from tests.services import unavailable
 
 
 def _docker_kafka(stack: contextlib.ExitStack) -> str | None:
@@ -67,7 +55,7 @@ def _local_kafka(stack: contextlib.ExitStack) -> str:
     broker = KafkaBroker()
     stack.callback(broker.close)
     if (error := _start(broker)) is not None:
-        _unavailable(error)
+        unavailable("Kafka broker", error)
     return broker.bootstrap
 
 
@@ -82,7 +70,7 @@ def kafka_bootstrap() -> Iterator[str]:
         except MycroftError as exc:
             error = f"MYCROFT_TEST_BROKER={external!r}: {exc}"
         if error is not None:
-            _unavailable(error)
+            unavailable("Kafka broker", error)
         yield external
         return
     with contextlib.ExitStack() as stack:
@@ -94,7 +82,7 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     """A fresh broker of this test's own, free to stop and restart."""
     broker = KafkaBroker()
     if (error := _start(broker)) is not None:
-        _unavailable(error)
+        unavailable("Kafka broker", error)
     yield broker
     broker.close()
 

@@ -16,22 +16,13 @@ from __future__ import annotations
 import os
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn
 
 import pytest
 
 from mycroft.errors import MycroftError
 from mycroft.infra.opensearch import OpenSearchServer
 from mycroft.infra.prometheus import PrometheusServer
-
-_FALSY = {"", "0", "false", "no", "off"}
-
-
-def _unavailable(service: str, reason: str) -> NoReturn:
-    """Skip locally, fail loudly in CI (the rule of ``tests/conftest.py``)."""
-    if os.environ.get("CI", "").strip().lower() not in _FALSY:
-        pytest.fail(f"{service} unavailable in CI: {reason}", pytrace=False)
-    pytest.skip(f"no {service}: {reason}")
+from tests.services import unavailable
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +34,7 @@ def opensearch_url() -> Iterator[str]:
             with urllib.request.urlopen(f"{external}/_cluster/health", timeout=10):  # noqa: S310
                 pass
         except OSError as exc:
-            _unavailable("OpenSearch", f"MYCROFT_TEST_OPENSEARCH={external!r}: {exc}")
+            unavailable("OpenSearch", f"MYCROFT_TEST_OPENSEARCH={external!r}: {exc}")
         yield external
         return
     server = OpenSearchServer()
@@ -54,7 +45,7 @@ def opensearch_url() -> Iterator[str]:
         error = str(exc)
     if error is not None:
         server.close()
-        _unavailable("OpenSearch", error)
+        unavailable("OpenSearch", error)
     yield server.url
     server.close()
 
@@ -76,7 +67,7 @@ def start_prometheus() -> Iterator[StartPrometheus]:
         except MycroftError as exc:
             error = str(exc)
         if error is not None:
-            _unavailable("Prometheus", error)
+            unavailable("Prometheus", error)
         return server
 
     yield start
