@@ -139,6 +139,8 @@ class Pipeline:
             await self.on_record(msg)
 
     def _ensure_loaded(self, partition: int) -> None:
+        if partition in self.router.loaded:  # the hot path: already restored
+            return
         n = self.settings.partitions
         blobs = [
             (j, b)
