@@ -171,7 +171,8 @@ def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
     queue += [("", 1000 + s) for s in range(a.healthy_runs)]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = a.workdir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         broker = KafkaBroker(work / "broker", heap_mb=768)
         bootstrap = broker.start()
         topics = TopicSet(partitions=PARTITIONS)
@@ -218,6 +219,7 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
     p.add_argument("--concurrency", type=int, default=4, help="jobs at once")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workdir", type=Path, help="keep logs here")
     p.add_argument("--grace", type=float, default=4.0,
                    help="s to wait for findings after a run ends")  # fmt: skip
     a = p.parse_args()
