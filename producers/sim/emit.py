@@ -10,6 +10,8 @@ the StateBatch already proves the agent alive, so empty completions would
 only add volume. A heartbeat follows every second. A crashed rank's op and
 flow rows vanish at the crash; its rc rows stay with ``seen_ns`` frozen (the
 agent still reports the last state it read from the rank's ring buffer).
+``seen_ns`` is the tracer's liveness beat: tick time while the process is
+alive (busy or idle), frozen at the crash once it died.
 """
 
 from __future__ import annotations
@@ -81,8 +83,18 @@ class Emitter:
         offsets_s: np.ndarray,
         started_s: np.ndarray,
         writer: RecordWriter,
+        *,
+        proc_dead_s: np.ndarray | None = None,
     ) -> None:
         self.cfg = cfg
+        # The tracer's liveness beat (a daemon thread, every 0.1 s) keeps an
+        # alive process's seen_ns fresh even while it is idle; it stops when
+        # the process dies (reference seconds, inf = never).
+        self.proc_dead = (
+            np.full(layout.nranks, np.inf)
+            if proc_dead_s is None
+            else np.asarray(proc_dead_s, dtype=np.float64)
+        )
         self.layout = layout
         self.off = offsets_s
         self.writer = writer
@@ -203,7 +215,11 @@ class Emitter:
         lay = self.layout
         rank = lay.slot_rank
         t_rank = t_h[lay.host_of]
-        seen = np.where(busy, t_rank, np.minimum(self.last_event, t_rank))
+        # Liveness beat: fresh while the process lives, its last beat (the
+        # crash time) once it died.
+        seen = np.where(
+            busy | (t_rank < self.proc_dead), t_rank, np.minimum(self.proc_dead, t_rank)
+        )
         rc = empty(RC_COLUMNS, len(rank))
         rc["rank"], rc["comm"] = rank, lay.slot_comm
         rc["issued_seq"], rc["done_seq"] = self.issued, self.done

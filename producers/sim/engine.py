@@ -98,7 +98,9 @@ def simulate(
     )
     for topo in topologies(cfg, layout, offsets):
         writer.write(topo, cfg.start_ns)
-    emitter = Emitter(cfg, layout, offsets, schedule.started, writer)
+    emitter = Emitter(
+        cfg, layout, offsets, schedule.started, writer, proc_dead_s=effects.proc_dead
+    )
     blocks: list[OpBlock] = []
     end_s = cfg.duration_s + float(np.abs(offsets).max()) + cfg.interval_s
     while emitter.tick < emitter.ticks_total:

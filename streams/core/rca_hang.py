@@ -84,17 +84,19 @@ def _score_lost(
         )
         sus.add(Component.NIC, 0.5, "host unreachable: its NIC may be down")
     elif not _in_op(ctx, sus.rank):
-        # Everything it issued completed and it issued nothing since, while
-        # its host still reports: the CPU side stopped feeding the GPU (a
-        # stalled host thread, data loader, checkpoint...). A process that
-        # died mid-op instead leaves issued > done behind.
+        # Everything it issued completed and it issued nothing since, but
+        # its own liveness beat (rc seen_ns) went stale or its rows vanished
+        # while its host still reports: the process died between ops. (An
+        # alive-but-idle rank that never issued the op keeps beating: that
+        # is the host-side stall scored in explain_hang.)
         sus.add(
-            Component.HOST,
+            Component.PROCESS,
             2.0,
-            f"rank {sus.rank} completed all it issued and issued nothing "
-            f"since ({how} stale) while peers wait in its next op",
+            f"rank {sus.rank} completed all it issued, then its liveness "
+            f"beat stopped ({how} stale) while peers wait in its next op: "
+            "the process died while idle",
         )
-        sus.add(Component.PROCESS, 1.0, "an idle process may also have died")
+        sus.add(Component.HOST, 1.0, "or its host thread stopped feeding it")
     else:
         sus.add(
             Component.PROCESS,
@@ -309,6 +311,57 @@ def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
         )
 
 
+def _score_order_cycle(
+    ctx: DetectContext,
+    g: nx.DiGraph,
+    group: set[int],
+    exclude: set[int],
+    blame: Callable[[int], Suspect],
+) -> None:
+    """Cross-group order deadlock: a cycle of "never issued" control edges
+    over >= 2 comms, every member alive and busy. Each rank is blocked in
+    the comm it issued first among the cycle's comms; the ranks whose issue
+    order differs from the majority's are blamed (component host: the
+    application issued the collectives in another order on those ranks).
+    A tie names nobody.
+    """
+    if len(group) < 2 or group & exclude:
+        return
+    edges = [(u, v, d) for u, v, d in g.edges(data=True) if u in group and v in group]
+    if not edges or any(d["kind"] != "control" for _, _, d in edges):
+        return
+    comms = {int(d["comm"]) for _, _, d in edges}
+    if len(comms) < 2:
+        return
+    blocked: dict[int, frozenset[int]] = {}
+    for u, _, d in edges:
+        blocked[u] = blocked.get(u, frozenset()) | {int(d["comm"])}
+    classes: dict[frozenset[int], list[int]] = {}
+    for r, cs in blocked.items():
+        classes.setdefault(cs, []).append(r)
+    if len(classes) < 2:
+        return
+    sizes = sorted(len(v) for v in classes.values())
+    if sizes[-1] == sizes[-2]:
+        return  # no majority order
+    major = max(classes, key=lambda c: len(classes[c]))
+    ops = ctx.store.in_flight_ops()
+    for cs, ranks in classes.items():
+        if cs == major:
+            continue
+        for r in ranks:
+            mine = ops[(ops["rank"] == r) & np.isin(ops["comm"], list(comms))]
+            when = f" (issued at {int(mine['issue_ns'].min())} ns)" if len(mine) else ""
+            blame(r).add(
+                Component.HOST,
+                2.5,
+                f"order deadlock: rank {r} issued comm {min(cs):x}'s op first"
+                f"{when}, while ranks {sorted(classes[major])[:8]} issued comm "
+                f"{min(major):x}'s first; each waits in an op the other side "
+                "never issued",
+            )
+
+
 def explain_hang(
     ctx: DetectContext, symptom_ranks: set[int], now_ns: int
 ) -> tuple[list[Culprit], list[Evidence]]:
@@ -361,6 +414,8 @@ def explain_hang(
                     ctx.topo.host_of,
                     unstarted,
                 )
+    for group in groups:
+        _score_order_cycle(ctx, g, group, lost | (group - busy_ranks), blame)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     evidence.extend(_chain(g, start, suspects))
     return _rank(ctx, suspects, FaultKind.HANG), evidence

@@ -18,15 +18,19 @@ that group's late rank: this follows a slowdown across groups to its origin.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import SEND, Component, FaultKind
+from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.rca_hang import Suspect, _rank
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -111,10 +115,20 @@ def _freezes(f: np.ndarray) -> tuple[int, int]:
 
 def _late_scores(
     ctx: DetectContext, stats: Sequence[CollectiveStat]
-) -> tuple[dict[int, float], dict[int, float], set[int]]:
-    """Return per-rank late-arrival excess, last-finish excess (ns) and waiters."""
+) -> tuple[dict[int, float], dict[int, float], set[int], dict[int, float]]:
+    """Return per-rank late-arrival excess, last-finish excess (ns), waiters
+    and the worst per-comm late excess.
+
+    The first two are medians over every op of the rank (a rank late only
+    where it waited on another group stays near zero). The last is
+    aggregated per (comm, rank) first and the rank's worst comm is kept: a
+    host whose ranks all run late is on time inside its own (intra-host)
+    groups and late only in the groups that cross hosts, which the mixed
+    median hides (used by the whole-host rule only).
+    """
     late: dict[int, list[float]] = {}
     endl: dict[int, list[float]] = {}
+    per_comm: dict[tuple[int, int], list[float]] = {}
     early: set[int] = set()
     for st in stats:
         lt, el = st.lateness_ns(), st.end_lag_ns()
@@ -123,12 +137,21 @@ def _late_scores(
             base = ctx.book.find((st.comm, r, "late"))
             ref = base.stats()[0] if base is not None and base.warm else 0.0
             late.setdefault(r, []).append(lv - ref)
+            per_comm.setdefault((st.comm, r), []).append(lv - ref)
             endl.setdefault(r, []).append(ev)
             if lv - ref < -0.3 * span:
                 early.add(r)
     agg = {r: float(np.median(v)) for r, v in late.items()}
     agg_end = {r: float(np.median(v)) for r, v in endl.items()}
-    return agg, agg_end, early
+    worst: dict[int, float] = {}
+    for (_, r), v in per_comm.items():
+        med = float(np.median(v))
+        worst[r] = max(worst.get(r, med), med)
+    return agg, agg_end, early, worst
+
+
+HOSTWIDE_CONF = 0.6
+"""Highest confidence of a culprit named by the whole-host timing rule."""
 
 
 def explain_slowdown(
@@ -145,8 +168,14 @@ def explain_slowdown(
     evidence: list[Evidence] = []
     flows = _flow_features(ctx.store.flow_history(since_ns))
     _score_flows(ctx, suspects, flows)
-    late, end_lag, early = _late_scores(ctx, stats)
+    _merge_nic_mates(ctx, suspects)
+    late, end_lag, early, worst = _late_scores(ctx, stats)
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
+    floor = _late_floor(ctx, span)
+    singles = {r for r in _outliers(late, floor) if r not in early}
+    hostwide = _score_whole_hosts(
+        ctx, suspects, _outliers(worst, floor), stats, span, singles=singles
+    )
     _score_timing(ctx, suspects, late, end_lag, early, span, flows)
     for st in list(stats)[-3:]:
         evidence.append(
@@ -159,10 +188,20 @@ def explain_slowdown(
         )
     for sus in suspects.values():
         evidence.extend(Evidence(w, sus.rank) for w in sus.reasons[:3])
-    return _rank(ctx, suspects, FaultKind.SLOWDOWN), evidence
+    ranked = _rank(ctx, suspects, FaultKind.SLOWDOWN)
+    # A host-wide timing verdict is ambiguous (a host behind a slow NIC is
+    # late as a whole too) until G/T/D evidence accumulates: its confidence
+    # is capped so that a later flow-based culprit can revise it.
+    ranked = [
+        replace(c, confidence=min(c.confidence, HOSTWIDE_CONF))
+        if c.rank in hostwide and c.component is Component.GPU
+        else c
+        for c in ranked
+    ]
+    return ranked, evidence
 
 
-def _outliers(values: dict[int, float], floor: float) -> dict[int, float]:
+def _outliers(values: dict[K, float], floor: float) -> dict[K, float]:
     if len(values) < 2:
         return {}
     arr = np.array(list(values.values()))
@@ -170,6 +209,34 @@ def _outliers(values: dict[int, float], floor: float) -> dict[int, float]:
     mad = float(np.median(np.abs(arr - med))) * 1.4826
     cut = med + max(4 * mad, floor)
     return {r: v - med for r, v in values.items() if v > cut}
+
+
+def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
+    """GPUs sharing a NIC are one NIC: their link scores (nic / proxy /
+    network) go to the mate with the strongest one instead of splitting the
+    confidence between equally attached ranks."""
+    link = (Component.NIC, Component.PROXY, Component.NETWORK)
+    done: set[int] = set()
+    for r in sorted(suspects):
+        mates = [m for m in ctx.topo.ranks_on_nic(r) if m in suspects and m not in done]
+        done.update(mates)
+        with_link = [m for m in mates if any(c in suspects[m].scores for c in link)]
+        if len(with_link) < 2:
+            continue
+        rep = max(
+            with_link,
+            key=lambda m: (max(suspects[m].scores.get(c, 0.0) for c in link), -m),
+        )
+        for m in with_link:
+            if m == rep:
+                continue
+            sus = suspects[m]
+            for c in link:
+                if c in sus.scores:
+                    suspects[rep].scores[c] = suspects[rep].scores.get(
+                        c, 0.0
+                    ) + sus.scores.pop(c)
+            suspects[rep].reasons.extend(sus.reasons[:1])
 
 
 def _score_flows(
@@ -210,6 +277,91 @@ def _score_flows(
                 sus.flow = (f.peer, f.channel)
 
 
+def _intra_host_slowdown(
+    ctx: DetectContext, stats: Sequence[CollectiveStat]
+) -> dict[str, float]:
+    """Per host with intra-host collectives: +1 if their spans are slower than
+    the other hosts' intra-host collectives of the same (op kind, size), else
+    -1 (a peer comparison: a temporal baseline of sub-ms spans absorbs a
+    slowdown below its absolute floor)."""
+    per: dict[tuple[int, int], dict[str, list[float]]] = {}
+    for st in stats:
+        ranks = st.ranks.tolist()
+        if len(ranks) < 2:
+            continue
+        host = ctx.topo.host_of(ranks[0])
+        if any(ctx.topo.host_of(r) != host for r in ranks[1:]):
+            continue
+        key = (st.kind, size_bucket(st.nbytes))
+        per.setdefault(key, {}).setdefault(host, []).append(float(st.span_ns))
+    ratios: dict[str, list[float]] = {}
+    for hosts in per.values():
+        if len(hosts) < 3:
+            continue
+        meds = {h: float(np.median(v)) for h, v in hosts.items()}
+        ref = max(float(np.median(list(meds.values()))), 1.0)
+        for h, m in meds.items():
+            ratios.setdefault(h, []).append(m / ref)
+    agg = {h: float(np.median(v)) for h, v in ratios.items()}
+    slow = _outliers(agg, 0.1)
+    return {h: (1.0 if h in slow else -1.0) for h in agg}
+
+
+def _score_whole_hosts(
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    late: dict[int, float],
+    stats: Sequence[CollectiveStat],
+    span: float,
+    *,
+    singles: frozenset[int] | set[int] = frozenset(),
+) -> set[int]:
+    """Every rank of a host arrives late: one cause (a host-wide GPU load),
+    not one suspect per rank splitting the confidence; one representative
+    (its latest rank) carries the host's score. Only when the host's own
+    intra-host collectives slowed too: a host late only in groups that cross
+    hosts is waiting on another host (a pipeline dependency), and only when
+    no single GPU of it stands out (``singles``: late on its overall median,
+    i.e. the last to start inside its own groups too). Timing is
+    weaker evidence than a G/T/D symptom (a host behind a slow NIC arrives
+    late too), so the score is bounded."""
+    reps: set[int] = set()
+    intra = _intra_host_slowdown(ctx, stats) if late else {}
+    hosts = {ctx.topo.host_of(r) for r in late}
+    for host in sorted(hosts):
+        mates = ctx.topo.ranks_on_host(host)
+        if len(mates) < 2 or not all(m in late for m in mates):
+            continue
+        if intra.get(host, -1.0) <= 0:
+            continue
+        if any(m in singles for m in mates):
+            continue  # one GPU is the last to start even inside its host
+        vals = [late[m] for m in mates]
+        if min(vals) < 0.5 * max(vals):
+            continue  # some ranks lead the host's lateness: not host-wide
+        if any(
+            c in suspects[m].scores
+            for m in mates
+            if m in suspects
+            for c in (Component.NIC, Component.PROXY, Component.NETWORK)
+        ):
+            continue  # its own flows explain the lateness (G/T/D first)
+        rep = max(mates, key=lambda m: (late[m], -m))
+        mean = float(np.mean([late[m] for m in mates]))
+        suspects.setdefault(rep, Suspect(rep)).add(
+            Component.GPU,
+            1.5 + min(1.0, mean / max(span, 1.0)),
+            f"every rank of host {host} arrives late ({mean / 1e6:.1f} ms on "
+            "average) and its intra-host collectives slowed: host-wide GPU load",
+        )
+        reps.add(rep)
+    return reps
+
+
+def _late_floor(ctx: DetectContext, span: float) -> float:
+    return max(ctx.cfg.late_floor_s * 1e9, 0.1 * span)
+
+
 def _score_timing(  # noqa: PLR0917 - private helper of one module
     ctx: DetectContext,
     suspects: dict[int, Suspect],
@@ -219,11 +371,8 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     span: float,
     flows: list[FlowFeatures],
 ) -> None:
-    floor = max(ctx.cfg.late_floor_s * 1e9, 0.1 * span)
+    floor = _late_floor(ctx, span)
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
-    hosts: dict[str, list[int]] = {}
-    for r in late_out:
-        hosts.setdefault(ctx.topo.host_of(r), []).append(r)
     for r, excess in late_out.items():
         sus = suspects.setdefault(r, Suspect(r))
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))

@@ -32,13 +32,6 @@ def test_live_straggler(worker: StreamSettings, tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: in a control-edge cycle across two comms (every rank busy in "
-    "an op another comm's members never issued, no flow rows) rca_hang scores "
-    "nobody; it must blame the rank whose issue order over the cycle's comms "
-    "differs from the majority (rank 3 issued dp seq 20 before world seq 20)",
-)
 def test_live_order_deadlock(worker: StreamSettings, tmp_path: Path) -> None:
     rank, _component, kind = harness.EXPECTED["order"]
     found = live.run_live(worker, "order", tmp_path, timeout_s=20)

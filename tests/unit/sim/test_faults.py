@@ -182,7 +182,8 @@ def test_host_stall_rank_falls_behind_while_peers_wait() -> None:
             assert not (op["rank"][waiting] == RANK).any()
             behind = True
     assert behind
-    assert rc["seen_ns"][rc["rank"] == RANK].max() < tr.onset_ns + 200_000_000
+    # The process is alive (its host thread stalls): its liveness beat goes on.
+    assert rc["seen_ns"][rc["rank"] == RANK].max() > tr.onset_ns + 3e9
 
 
 def test_gpu_hang_rank_stays_alive_but_makes_no_progress() -> None:

@@ -156,3 +156,22 @@ def test_analyze_command_reads_flight_recorder_dumps(
     best = json.loads(capsys.readouterr().out)["root_causes"][0]
     assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")
     assert mycroft(["analyze", "--flight-recorder", str(tmp_path / "missing")]) == 2
+
+
+def test_order_deadlock_blames_the_minority_issue_order(tmp_path: Path) -> None:
+    """Ranks 0-2 wait in world seq 21 that rank 3 never issued; rank 3 waits
+    in dp seq 21 that ranks 0-2 never issued: a control-edge cycle over two
+    comms. The rank whose issue order differs from the majority is named."""
+    for r in range(4):
+        rows = []
+        for i in range(1, 21):
+            rows.append(entry(i, i * 50 + r * 0.1, pg="0"))
+            rows.append(entry(i, i * 50 + 25 + r * 0.1, pg="1"))
+        pg = "1" if r == 3 else "0"
+        rows.append(entry(21, 21 * 50 + r * 0.1, pg=pg, retired=False))
+        write(tmp_path, r, dump(rows))
+    set_mtime(tmp_path, 21 * 50 + 4000)
+    doc = fr.analyze(fr.load_dir(tmp_path))
+    best = doc["root_causes"][0]
+    assert (best["rank"], best["kind"], best["component"]) == (3, "hang", "host")
+    assert len({r["rank"] for r in doc["root_causes"] if r["best"]}) == 1

@@ -1,0 +1,143 @@
+"""Slowdown root-cause rules that are general (not tuned to one fault).
+
+* a whole host arriving late is one cause (one suspect, not 8 splitting the
+  confidence), and only when its own intra-host collectives slowed too;
+* GPUs sharing a NIC are one NIC for link evidence;
+* lateness is judged per comm (a whole late host is on time in its own
+  intra-host groups);
+* a host-wide timing verdict is capped so G/T/D evidence can revise it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mycroft.schemas.vocab import Component
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_hang import Suspect
+from mycroft.streams.core.rca_slow import (
+    HOSTWIDE_CONF,
+    _intra_host_slowdown,
+    _late_scores,
+    _merge_nic_mates,
+    _score_whole_hosts,
+    explain_slowdown,
+)
+from mycroft.streams.core.topology import JobTopology
+
+MS = 1_000_000
+PER_HOST, HOSTS = 4, 4
+
+
+def _ctx() -> DetectContext:
+    cfg = DetectorConfig()
+    topo = JobTopology()
+    for r in range(PER_HOST * HOSTS):
+        topo.rank_host[r] = f"h{r // PER_HOST}"
+        topo.rank_nic[r] = f"nic{(r % PER_HOST) // 2}"  # 2 GPUs per NIC
+        topo.rank_gpu[r] = f"gpu{r % PER_HOST}"
+    return DetectContext(
+        "j", ProgressStore(cfg.history_ns), topo, BaselineBook(64), cfg
+    )
+
+
+def _stat(comm, seq, ranks, begin, dur):
+    n = len(ranks)
+    begin = np.asarray(begin, np.int64)
+    return CollectiveStat(
+        comm=comm,
+        seq=seq,
+        kind=0,
+        nbytes=1 << 20,
+        ranks=np.asarray(ranks, np.int32),
+        issue_ns=begin.copy(),
+        start_ns=begin,
+        end_ns=begin.max() + np.asarray(dur, np.int64),
+        prev_issue_ns=np.full(n, -1, np.int64),
+    )
+
+
+def _intra_stats(slow_host: int | None):
+    out = []
+    for seq in range(5):
+        for h in range(HOSTS):
+            ranks = list(range(h * PER_HOST, (h + 1) * PER_HOST))
+            skew = 3 * MS if h == slow_host else MS // 10
+            begin = [seq * 100 * MS + i * skew // PER_HOST for i in range(PER_HOST)]
+            out.append(_stat(0x100 + h, seq, ranks, begin, [MS] * PER_HOST))
+    return out
+
+
+def test_intra_host_slowdown_is_a_peer_comparison():
+    ctx = _ctx()
+    assert _intra_host_slowdown(ctx, _intra_stats(2)) == {
+        "h0": -1.0,
+        "h1": -1.0,
+        "h2": 1.0,
+        "h3": -1.0,
+    }
+    assert all(v < 0 for v in _intra_host_slowdown(ctx, _intra_stats(None)).values())
+
+
+def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
+    ctx = _ctx()
+    late = {r: 50.0 * MS for r in range(4, 8)}
+    suspects: dict[int, Suspect] = {}
+    slow_h1, slow_none = _intra_stats(1), _intra_stats(None)
+    reps = _score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
+    assert len(reps) == 1 and list(suspects) == list(reps)
+    assert suspects[next(iter(reps))].best[0] is Component.GPU
+    # Intra-host collectives not slower: the host waits on another host.
+    suspects = {}
+    assert not _score_whole_hosts(ctx, suspects, late, slow_none, 100.0 * MS)
+    # Its own flows already explain it (G/T/D first).
+    suspects = {5: Suspect(5)}
+    suspects[5].add(Component.NIC, 2.0, "G>T")
+    assert not _score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
+    # Lateness led by a few ranks of the host is not host-wide.
+    uneven = late | {4: 5.0 * MS}
+    assert not _score_whole_hosts(ctx, {}, uneven, slow_h1, 100.0 * MS)
+
+
+def test_nic_mates_share_one_link_score():
+    ctx = _ctx()
+    suspects = {0: Suspect(0), 1: Suspect(1), 2: Suspect(2)}
+    suspects[0].add(Component.NIC, 1.5, "a")
+    suspects[1].add(Component.NIC, 2.0, "b")
+    suspects[2].add(Component.NIC, 1.0, "c")  # other NIC of the host
+    _merge_nic_mates(ctx, suspects)
+    assert suspects[1].scores[Component.NIC] == 3.5
+    assert Component.NIC not in suspects[0].scores
+    assert suspects[2].scores[Component.NIC] == 1.0
+
+
+def test_lateness_is_judged_per_comm():
+    ctx = _ctx()
+    stats = []
+    for seq in range(5):
+        # comm A: ranks 0..3 on one host, together (no skew)
+        stats.append(_stat(1, seq, [0, 1, 2, 3], [seq * MS] * 4, [MS] * 4))
+        stats.append(_stat(1, seq + 10, [0, 1, 2, 3], [seq * MS] * 4, [MS] * 4))
+        # comm B: rank 0 with 3 other hosts, 40 ms late
+        stats.append(_stat(2, seq, [0, 4, 8, 12], [40 * MS, 0, 0, 0], [MS] * 4))
+    mixed, _, _, worst = _late_scores(ctx, stats)
+    assert worst[0] == 40 * MS  # the worst comm, not diluted by comm A
+    assert mixed[0] == 0
+
+
+def test_hostwide_timing_verdict_is_capped():
+    ctx = _ctx()
+    stats = _intra_stats(1)
+    for seq in range(5):
+        # every rank of host 1 is late in its cross-host groups
+        for i in range(PER_HOST):
+            ranks = [i, 4 + i, 8 + i, 12 + i]
+            stats.append(_stat(0x200 + i, seq, ranks, [0, 40 * MS, 0, 0], [MS] * 4))
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert culprits and culprits[0].host == "h1"
+    assert culprits[0].component is Component.GPU
+    assert culprits[0].confidence <= HOSTWIDE_CONF
