@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     p.add_argument(
         "--fault",
-        default="nic-down:at=12",
+        default="gpu-hang:at=12",
         help="fault to inject, NAME[:key=value,...] (mycroft simulate --help)",
     )
     p.add_argument("--ranks", type=int, default=64)
