@@ -122,7 +122,8 @@ def _start_workers(n: int, bootstrap: str, work: Path) -> list[subprocess.Popen[
         log = work / f"worker{i}.log"
         procs.append(_spawn(["streams", "worker", "--bootstrap", bootstrap,
                              "--app-id", app_id, "--partitions", str(PARTITIONS),
-                             "--data-dir", str(work / f"faust{i}"), "--web-port", "0"],
+                             "--data-dir", str(work / f"faust{i}"), "--web-port", "0",
+                             "--job-idle-s", "15"],
                             log))  # fmt: skip
         deadline = time.monotonic() + 120
         while READY not in log.read_text():

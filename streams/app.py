@@ -163,6 +163,7 @@ class Pipeline:
         slot = self.router.slot(job, msg.partition)
         slot.observe(record_time_ns(record), time.monotonic())
         slot.engine.ingest(record, slot.now_ns(time.monotonic()))
+        slot.dirty = True
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
@@ -194,6 +195,7 @@ class Pipeline:
         for slot in self.router.on_partition(partition):
             findings = slot.engine.evaluate(slot.now_ns(wall))
             if findings:
+                slot.dirty = True
                 await self.emit(slot.job_id, findings)
         if (
             wall - self.last_snapshot.get(partition, 0.0)
@@ -250,9 +252,23 @@ class Pipeline:
             log.info("root cause %s rev %d", finding.incident_id, finding.revision)
 
     async def snapshot(self, partition: int) -> None:
-        """Write this partition's engine snapshots, then commit its offsets."""
+        """Write this partition's changed engine snapshots, then commit its offsets.
+
+        A job that neither ingested nor reported since its last snapshot is
+        not written again; one silent for ``job_idle_s`` is evicted and its
+        snapshot deleted, so finished jobs stop costing evaluation time.
+        """
+        for job_id in self.router.evict_idle(
+            partition, time.monotonic(), self.settings.job_idle_s
+        ):
+            self.snapshots.pop(job_id, None)
+            self.counts["evicted"] += 1
+            log.info("evicted idle job %s", job_id)
         for slot in self.router.on_partition(partition):
+            if not slot.dirty:
+                continue
             self.snapshots[slot.job_id] = dump_slot(slot)
+            slot.dirty = False
             self.counts["snapshots"] += 1
         tps = {TP(name, partition) for name in self.source_names}
         await self.app.consumer.commit(tps)  # flushes the producer first

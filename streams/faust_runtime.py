@@ -73,6 +73,7 @@ class JobSlot:
     engine: Engine
     trace_ns: int = 0
     anchor_s: float = 0.0
+    dirty: bool = True  # changed since its last snapshot
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
         """Advance the trace clock with a record's time seen at ``wall_s``."""
@@ -135,6 +136,17 @@ class JobRouter:
                 self.slots[job_id] = load_slot(blob, partition, wall_s)
                 n += 1
         return n
+
+    def evict_idle(self, partition: int, wall_s: float, idle_s: float) -> list[str]:
+        """Forget the jobs of ``partition`` silent for ``idle_s``; return their ids."""
+        gone = [
+            j
+            for j, s in self.slots.items()
+            if s.partition == partition and wall_s - s.anchor_s > idle_s
+        ]
+        for job_id in gone:
+            del self.slots[job_id]
+        return gone
 
     def drop(self, partitions: Iterable[int]) -> None:
         """Forget revoked partitions: their jobs reload from snapshots if returned."""

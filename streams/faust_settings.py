@@ -37,6 +37,8 @@ class StreamSettings:
         session_timeout_s: Kafka consumer session timeout.
         loglevel: Worker log level.
         stats_interval_s: Period of the stats log line (rows/s, lag, counters).
+        job_idle_s: A job without records for this long is evicted from the
+            worker (its snapshot deleted); it starts afresh if records return.
     """
 
     bootstrap: str
@@ -51,6 +53,7 @@ class StreamSettings:
     session_timeout_s: float = 10.0
     loglevel: str = "info"
     stats_interval_s: float = 10.0
+    job_idle_s: float = 120.0
 
     def __post_init__(self) -> None:
         servers = self.bootstrap.split(",") if self.bootstrap else []
@@ -76,6 +79,8 @@ class StreamSettings:
             raise ConfigError("Kafka needs a session timeout of at least 6 s")
         if self.stats_interval_s <= 0:
             raise ConfigError("stats interval must be positive")
+        if self.job_idle_s < 10 * self.snapshot_interval_s:
+            raise ConfigError("job idle time must be >= 10 snapshot intervals")
         if self.loglevel.lower() not in {"debug", "info", "warning", "error"}:
             raise ConfigError(f"unknown log level {self.loglevel!r}")
 
@@ -105,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--session-timeout-s", type=float)
     p.add_argument("--loglevel", "-l")
     p.add_argument("--stats-interval-s", type=float)
+    p.add_argument("--job-idle-s", type=float, help="evict jobs silent this long")
     return p
 
 

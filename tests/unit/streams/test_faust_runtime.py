@@ -94,6 +94,20 @@ def test_router_groups_jobs_by_partition_and_drops_revoked() -> None:
     assert list(router.slots) == ["b"]
 
 
+def test_idle_jobs_of_a_partition_are_evicted() -> None:
+    router = JobRouter(FakeEngine)
+    old, fresh, other = (
+        router.slot("old", 0),
+        router.slot("fresh", 0),
+        router.slot("o", 1),
+    )
+    old.observe(T0, wall_s=10.0)
+    fresh.observe(T0, wall_s=100.0)
+    other.observe(T0, wall_s=10.0)
+    assert router.evict_idle(0, wall_s=150.0, idle_s=120.0) == ["old"]
+    assert sorted(router.slots) == ["fresh", "o"]  # other partitions untouched
+
+
 def test_snapshot_roundtrip_restarts_clock_at_restore() -> None:
     slot = JobSlot("j", 1, FakeEngine("j", seen=[1, 2]))
     slot.observe(T0, wall_s=100.0)
