@@ -84,28 +84,27 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
     # A recv flow waits on its peer only while data is still to arrive
     # (``transmitted`` = arrived < total); data that arrived but was not
     # consumed (``done``) is waiting on the receiving rank's own GPU.
-    open_recv = mine[(mine["dir"] == RECV) & (mine["transmitted"] < mine["total"])]
-    for f in open_recv:
-        g.add_edge(
-            rank,
-            int(f["peer"]),
-            kind="data",
-            comm=comm,
-            seq=seq,
-            channel=int(f["channel"]),
-            why="waits for data from peer",
-        )
-    unacked = mine[(mine["dir"] == SEND) & (mine["transmitted"] > mine["done"])]
-    for f in unacked:
-        g.add_edge(
-            rank,
-            int(f["peer"]),
-            kind="data",
-            comm=comm,
-            seq=seq,
-            channel=int(f["channel"]),
-            why="sent data the peer never acknowledged",
-        )
+    waiting = (
+        (
+            (mine["dir"] == RECV) & (mine["transmitted"] < mine["total"]),
+            "waits for data from peer",
+        ),
+        (
+            (mine["dir"] == SEND) & (mine["transmitted"] > mine["done"]),
+            "sent data the peer never acknowledged",
+        ),
+    )
+    for mask, why in waiting:
+        for f in mine[mask]:
+            g.add_edge(
+                rank,
+                int(f["peer"]),
+                kind="data",
+                comm=comm,
+                seq=seq,
+                channel=int(f["channel"]),
+                why=why,
+            )
     if len(mine) == 0:  # no flow rows: fall back on the topology's upstream peers
         info = topo.comms.get(comm)
         for peer, ch in sorted(info.upstream(rank)) if info else []:
