@@ -130,16 +130,21 @@ def _late_scores(
     endl: dict[int, list[float]] = {}
     per_comm: dict[tuple[int, int], list[float]] = {}
     early: set[int] = set()
+    # Waiting in a group means arriving early by a real margin: a fraction of
+    # the op and at least the late floor (sub-ms jitter of a tiny collective
+    # is no evidence of waiting on anyone).
+    early_floor = ctx.cfg.late_floor_s * 1e9
     for st in stats:
         lt, el = st.lateness_ns(), st.end_lag_ns()
         span = max(float(st.span_ns), 1.0)
+        early_cut = max(0.3 * span, early_floor)
         for r, lv, ev in zip(st.ranks.tolist(), lt.tolist(), el.tolist(), strict=True):
             base = ctx.book.find((st.comm, r, "late"))
             ref = base.stats()[0] if base is not None and base.warm else 0.0
             late.setdefault(r, []).append(lv - ref)
             per_comm.setdefault((st.comm, r), []).append(lv - ref)
             endl.setdefault(r, []).append(ev)
-            if lv - ref < -0.3 * span:
+            if lv - ref < -early_cut:
                 early.add(r)
     agg = {r: float(np.median(v)) for r, v in late.items()}
     agg_end = {r: float(np.median(v)) for r, v in endl.items()}
