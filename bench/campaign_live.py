@@ -161,6 +161,7 @@ def _score(run: Run, collector: Collector, a: argparse.Namespace) -> dict[str, A
     with collector.lock:
         seen = collector.jobs.get(run.job_id, Seen())
         doc = _on_kafka(seen)
+    (run.truth.parent / f"{run.job_id}.analysis.json").write_text(json.dumps(doc))
     return score_run(truth, doc) | {
         "seed": run.seed, "ranks": a.ranks, "duration_s": a.duration, "job": run.job_id,
     }  # fmt: skip
@@ -220,7 +221,9 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
     p.add_argument("--concurrency", type=int, default=4, help="jobs at once")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--workdir", type=Path, help="keep logs here")
+    p.add_argument("--workdir", type=Path,
+                   help="keep logs, truths and each job's findings here")
+    p.add_argument("--out", type=Path, help="results JSON (default bench/results/)")
     p.add_argument("--grace", type=float, default=4.0,
                    help="s to wait for findings after a run ends")  # fmt: skip
     a = p.parse_args()
@@ -232,7 +235,7 @@ def main() -> int:
         "wall_s": round(time.time() - started, 1),
         "per_fault": aggregate(rows), "rows": rows,
     }  # fmt: skip
-    out = RESULTS / f"campaign_live_{a.ranks}.json"
+    out = a.out or RESULTS / f"campaign_live_{a.ranks}.json"
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

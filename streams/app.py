@@ -162,7 +162,10 @@ class Pipeline:
         job = record_job(record)
         slot = self.router.slot(job, msg.partition)
         slot.observe(record_time_ns(record), time.monotonic())
-        slot.engine.ingest(record, slot.now_ns(time.monotonic()))
+        # Arrivals are stamped with the job's newest trace time, never with the
+        # wall-extrapolated clock: after a stall or on a backlog the records
+        # still arrive in trace order, and liveness compares hosts by them.
+        slot.engine.ingest(record, slot.trace_ns)
         slot.dirty = True
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0

@@ -136,6 +136,11 @@ def _silence_limit_ns(cfg: DetectorConfig, gap_ns: float) -> int:
     return int(max(cfg.silence_min_s * 1e9, cfg.silence_tick_mult * gap_ns))
 
 
+def _median_gap(store: ProgressStore) -> float:
+    gaps = [h.gap_ns for h in store.hosts.values() if h.gap_ns > 0]
+    return float(np.median(gaps)) if gaps else 0.0
+
+
 def lost_ranks(ctx: DetectContext, now_ns: int) -> dict[int, tuple[str, int]]:
     """Return ``rank -> (how, last sign of life ns)`` for ranks that went silent.
 
@@ -143,14 +148,20 @@ def lost_ranks(ctx: DetectContext, now_ns: int) -> dict[int, tuple[str, int]]:
     ``"rows"`` (its rows vanished) or ``"seen"`` (its ``seen_ns`` went stale).
     """
     store, cfg = ctx.store, ctx.cfg
+    out: dict[int, tuple[str, int]] = {}
+    if not store.hosts:
+        return out
+    # A host is silent when it falls behind the job's newest arrival, not
+    # behind the clock: a worker that stalls or catches up on a backlog sees
+    # every host's records late but in order, and must not call them lost.
+    newest = max(h.last_now_ns for h in store.hosts.values())
+    if now_ns - newest > _silence_limit_ns(cfg, _median_gap(store)):
+        return out  # the whole stream stopped: nothing to compare with
     fresh_hosts = {
         h.index
         for h in store.hosts.values()
-        if now_ns - h.last_now_ns <= _silence_limit_ns(cfg, h.gap_ns)
+        if newest - h.last_now_ns <= _silence_limit_ns(cfg, h.gap_ns)
     }
-    out: dict[int, tuple[str, int]] = {}
-    if not fresh_hosts:
-        return out  # the whole stream stopped: nothing to compare with
     hosts = list(store.hosts.values())
     s = store.slots
     host_tick = store.host_tick_of_slots()
