@@ -41,6 +41,7 @@ class RobustBaseline:
     window: int
     values: deque[float] = field(default_factory=deque)
     recent: deque[bool] = field(default_factory=deque)
+    last: deque[float] = field(default_factory=deque)
     _stats: tuple[float, float] | None = None
 
     def stats(self) -> tuple[float, float]:
@@ -84,6 +85,9 @@ class RobustBaseline:
         self.recent.append(out)
         while len(self.recent) > cfg.slow_of:
             self.recent.popleft()
+        self.last.append(value)
+        while len(self.last) > cfg.slow_of:
+            self.last.popleft()
         if not out:
             self.values.append(value)
             while len(self.values) > self.window:
@@ -94,6 +98,22 @@ class RobustBaseline:
     def persistent(self, cfg: DetectorConfig) -> bool:
         """Return whether enough of the recent samples were out of band."""
         return bool(sum(self.recent) >= cfg.slow_persist)
+
+    def shifted(self, cfg: DetectorConfig, floor: float) -> bool:
+        """Return whether the last ``slow_of`` samples moved as a whole.
+
+        A sustained shift (a straggler that became slow and stays so) on a
+        noisy quantity can sit below the single-sample band for ever, and
+        the in-band part of it is learned. The median of the last samples
+        varies far less than one sample (about 0.56 sigma for 5), so it is
+        held to ``slow_shift_k`` sigma instead of ``slow_mad_k``; the newest
+        sample must be above that line too (the shift is still going on).
+        """
+        if len(self.last) < cfg.slow_of or len(self.values) < cfg.warmup_samples:
+            return False
+        med, sigma = self.stats()
+        line = max(med * cfg.slow_ratio_min, med + cfg.slow_shift_k * sigma, med + floor)
+        return self.last[-1] > line and _median(sorted(self.last)) > line
 
     @property
     def warm(self) -> bool:

@@ -28,6 +28,9 @@ class DetectorConfig:
         slow_mad_k: ...and ``median + slow_mad_k * sigma`` (sigma = 1.4826 MAD).
         slow_abs_floor_s: ...and ``median + slow_abs_floor_s``.
         slow_persist: Out-of-band samples needed among the last ``slow_of``.
+        slow_shift_k: A rank's lateness whose median over the last ``slow_of``
+            ops exceeds ``median + slow_shift_k * sigma`` (and the ratio and
+            floor) is a sustained shift, even below the single-sample band.
         slow_of: Length of the persistence window, samples.
         severe_extra_s: One sample this far above the median fires at once...
         severe_ratio: ...when it is also this many times the median.
@@ -50,6 +53,7 @@ class DetectorConfig:
     slow_mad_k: float = 6.0
     slow_abs_floor_s: float = 0.002
     slow_persist: int = 3
+    slow_shift_k: float = 3.0
     slow_of: int = 5
     severe_extra_s: float = 0.5
     severe_ratio: float = 4.0

@@ -246,9 +246,12 @@ def observe_collective(
     fired: list[Anomaly] = []
     for metric, bkey, value, ranks in samples:
         base = book.get(bkey)
-        verdict = base.observe(value, cfg, _floor_ns(cfg, metric, med_span))
-        if verdict is Verdict.SEVERE or (
-            verdict is Verdict.HIGH and metric != "span" and base.persistent(cfg)
+        floor = _floor_ns(cfg, metric, med_span)
+        verdict = base.observe(value, cfg, floor)
+        if (
+            verdict is Verdict.SEVERE
+            or (verdict is Verdict.HIGH and metric != "span" and base.persistent(cfg))
+            or (metric == "late" and base.shifted(cfg, floor))
         ):
             fired.append(
                 _slow_anomaly(ctx, stat, metric, value, base.stats()[0], ranks, now_ns)
