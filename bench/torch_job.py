@@ -80,6 +80,25 @@ class FlightDumper:
                 self.dump()
 
 
+def _ab_switch(block: int, blocks: list[float]) -> None:
+    """Close the running block's time; trace block ``block`` or not (ABBA).
+
+    Every rank switches at the same iteration, so op numbers stay aligned.
+    """
+    from mycroft.producers import torch as mt  # noqa: PLC0415
+
+    now = time.perf_counter()
+    if blocks:
+        blocks[-1] = now - blocks[-1]
+    if block < 0:
+        return
+    if block % 4 in (0, 3):
+        mt.resume()
+    else:
+        mt.pause()
+    blocks.append(time.perf_counter())
+
+
 def _train(args: argparse.Namespace, dumper: FlightDumper | None) -> None:
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
@@ -96,8 +115,11 @@ def _train(args: argparse.Namespace, dumper: FlightDumper | None) -> None:
     flat = torch.zeros(sum(p.numel() for p in model.parameters()))
     small = torch.zeros(8)
     culprit = rank == args.culprit
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.thread_time()
+    blocks: list[float] = []
     for it in range(args.iters):
+        if args.ab_block and it % args.ab_block == 0:
+            _ab_switch(it // args.ab_block, blocks)
         x = torch.randn(args.batch, args.width)
         loss = model(x).square().mean()
         opt.zero_grad()
@@ -127,7 +149,14 @@ def _train(args: argparse.Namespace, dumper: FlightDumper | None) -> None:
         if args.iter_sleep_s:
             time.sleep(args.iter_sleep_s)
     elapsed = time.perf_counter() - t_start
-    print(f"rank {rank} iters {args.iters} elapsed_s {elapsed:.6f}", flush=True)
+    cpu = time.thread_time() - cpu_start  # this (training) thread only
+    if args.ab_block:
+        _ab_switch(-1, blocks)
+        print("blocks_s " + " ".join(f"{b:.6f}" for b in blocks), flush=True)
+    print(
+        f"rank {rank} iters {args.iters} elapsed_s {elapsed:.6f} cpu_s {cpu:.6f}",
+        flush=True,
+    )
     dist.barrier()
 
 
@@ -246,6 +275,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--iter-sleep-s", type=float, default=0.0)
     ap.add_argument("--pg-timeout-s", type=float, default=120.0)
     ap.add_argument("--trace", action="store_true", help="mycroft install()")
+    ap.add_argument(
+        "--ab-block",
+        type=int,
+        default=0,
+        help="with --trace: trace blocks of N iterations in ABBA order (traced, "
+        "paused, paused, traced, ...) and print each block's seconds",
+    )
     ap.add_argument("--fr-dir", default="")
     ap.add_argument("--fr-stall-s", type=float, default=3.0)
     ap.add_argument("--on-error", choices=["wait", "exit"], default="wait")

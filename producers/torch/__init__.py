@@ -65,6 +65,24 @@ def install(
     return tracer
 
 
+def pause() -> None:
+    """Put the original ops back for a while; the ring and the beat stay.
+
+    Ops called while paused are not recorded (their op numbers are not
+    taken either, so all ranks of a group must pause at the same point).
+    """
+    patcher = _state.get("patcher")
+    if patcher is not None:
+        patcher.uninstall()
+
+
+def resume() -> None:
+    """Wrap the ops again after :func:`pause` (no-op when not installed)."""
+    patcher = _state.get("patcher")
+    if patcher is not None:
+        patcher.install()
+
+
 def uninstall() -> None:
     """Restore the original ops and close the ring (called at exit too)."""
     patcher = _state.pop("patcher", None)
@@ -150,4 +168,12 @@ def install_from_env(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
-__all__ = ["ENV_FLAG", "Tracer", "install", "install_from_env", "uninstall"]
+__all__ = [
+    "ENV_FLAG",
+    "Tracer",
+    "install",
+    "install_from_env",
+    "pause",
+    "resume",
+    "uninstall",
+]
