@@ -113,3 +113,24 @@ def test_traced_ops_reach_the_ring(world1: Any, tmp_path: Path) -> None:
     assert names == {world: "world", tp: "tp"}
     assert any(isinstance(r, L.Beat) for r in recs) and tracer.stats.beats > 0
     assert os.getpid() == RingReader(path).header.pid
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_paused_ops_are_not_recorded_and_resume_goes_on(
+    world1: Any, tmp_path: Path
+) -> None:
+    import torch  # noqa: PLC0415
+
+    from mycroft.producers import torch as mt  # noqa: PLC0415
+
+    dist, _tracer = world1
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    mt.pause()
+    dist.all_reduce(t)
+    dist.all_reduce(t)
+    mt.resume()
+    dist.all_reduce(t)
+    (path,) = (tmp_path / "rings").glob("*.ring")
+    issued = [r for r in RingReader(path).poll() if isinstance(r, L.OpIssued)]
+    assert [r.seq for r in issued if r.comm == comm_hash("0")] == [0, 1]
