@@ -80,6 +80,18 @@ class JobSlot:
         if trace_ns > self.trace_ns:
             self.trace_ns, self.anchor_s = trace_ns, wall_s
 
+    def ingest(self, record: Record, wall_s: float) -> None:
+        """Fold ``record`` into the engine, stamped with the newest trace time.
+
+        Never with the wall-extrapolated clock: after a stall or on a backlog
+        the records still arrive in trace order, and liveness compares the
+        hosts by their arrival stamps (extrapolated stamps made every host
+        but the one just read look silent after each stall).
+        """
+        self.observe(record_time_ns(record), wall_s)
+        self.engine.ingest(record, self.trace_ns)
+        self.dirty = True
+
     def now_ns(self, wall_s: float) -> int:
         """Current time of the job on its trace clock, ns (0: nothing seen)."""
         if self.trace_ns == 0:

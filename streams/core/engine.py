@@ -113,6 +113,22 @@ class Analyzer:
         self._emitted: set[str] = set()
         self.duplicates = 0
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle (worker snapshots) with only the completed collectives that
+        root cause may still read: those since the open incident's onset, and
+        the last half second (a slowdown that fires right after a
+        restore looks back to its op's issue). Baselines keep what was
+        learned from the rest."""
+        state = dict(self.__dict__)
+        if self.stats:
+            newest = max(int(s.end_ns.max()) for s in self.stats)
+            since = newest - _SNAPSHOT_STATS_NS
+            if self.incident is not None:
+                since = min(since, self.incident.onset_ns)
+            kept = [s for s in self.stats if int(s.end_ns.max()) >= since]
+            state["stats"] = deque(kept, maxlen=self.stats.maxlen)
+        return state
+
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold one decoded record in; duplicates are counted and ignored."""
         if isinstance(record, StateBatch | CompletionBatch):
@@ -238,6 +254,10 @@ class Analyzer:
         recent = [s for s in self.stats if int(s.end_ns.max()) >= since]
         culprits, ev = explain_slowdown(self.ctx, recent, since)
         return [c for c in culprits if c.confidence >= 0.2][:8], ev
+
+
+_SNAPSHOT_STATS_NS = 500_000_000
+"""Completed collectives kept in a snapshot when no incident is open, ns."""
 
 
 def _incident_id(a: Anomaly) -> str:

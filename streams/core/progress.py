@@ -78,6 +78,17 @@ class HostState:
     flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=FLAT_FLOW))
     history: deque[np.ndarray] = field(default_factory=deque)
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle (worker snapshots) without the flow history.
+
+        The history is most of a job's state (``history_s`` of flow
+        snapshots per host) and refills within ``history_s`` after a
+        restore; until then a slowdown's flow evidence is shorter.
+        """
+        state = dict(self.__dict__)
+        state["history"] = deque()
+        return state
+
 
 def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
     """Expand a batch's op identity onto its flows.
