@@ -40,12 +40,13 @@ from mycroft.kafka_client import DecodingConsumer, create_topics  # noqa: E402
 from mycroft.producers.sim.faults import FAULTS  # noqa: E402
 from mycroft.schemas.records import Anomaly, RootCause  # noqa: E402
 from mycroft.streams.analyze import to_json  # noqa: E402
+from mycroft.streams.faust_settings import StreamSettings  # noqa: E402
+from mycroft.streams.worker_process import WorkerProcess  # noqa: E402
 from mycroft.topics import TopicSet  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 PARTITIONS = 8
-READY = "[^Worker]: Ready"
 
 
 @dataclass
@@ -115,21 +116,16 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
-def _start_workers(n: int, bootstrap: str, work: Path) -> list[subprocess.Popen[bytes]]:
+def _start_workers(n: int, bootstrap: str, work: Path) -> list[WorkerProcess]:
     app_id = f"campaign-{uuid.uuid4().hex[:6]}"
     procs = []
     for i in range(n):
-        log = work / f"worker{i}.log"
-        procs.append(_spawn(["streams", "worker", "--bootstrap", bootstrap,
-                             "--app-id", app_id, "--partitions", str(PARTITIONS),
-                             "--data-dir", str(work / f"faust{i}"), "--web-port", "0",
-                             "--job-idle-s", "15"],
-                            log))  # fmt: skip
-        deadline = time.monotonic() + 120
-        while READY not in log.read_text():
-            if time.monotonic() > deadline or procs[-1].poll() is not None:
-                raise RuntimeError(f"worker {i} not ready; see {log}")
-            time.sleep(0.3)
+        settings = StreamSettings(
+            bootstrap, app_id=app_id, partitions=PARTITIONS,
+            data_dir=str(work / f"faust{i}"), job_idle_s=15.0,
+        )  # fmt: skip
+        procs.append(WorkerProcess(settings, work / f"worker{i}.log"))
+        procs[-1].start(120)
     return procs
 
 
@@ -203,9 +199,7 @@ def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
             collector.stopping.set()
             collector.join(10)
             for w in workers:
-                w.terminate()
-            for w in workers:
-                w.wait(30)
+                w.stop(30)
             broker.close()
     return rows
 
@@ -221,8 +215,9 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
     p.add_argument("--concurrency", type=int, default=4, help="jobs at once")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--workdir", type=Path,
-                   help="keep logs, truths and each job's findings here")
+    p.add_argument(
+        "--workdir", type=Path, help="keep logs, truths and each job's findings here"
+    )
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/)")
     p.add_argument("--grace", type=float, default=4.0,
                    help="s to wait for findings after a run ends")  # fmt: skip

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from mycroft.schemas.columns import FLOW_COLUMNS, OP_COLUMNS, RC_COLUMNS, empty
 from mycroft.schemas.records import BatchHeader, StateBatch
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.faust_topics import ensure_topics
+from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet, partition_for
 
 T0 = 1_800_000_000_000_000_000
@@ -58,40 +58,6 @@ def host_batch(job: str, host: int, tick: int, ranks: int, comms: int) -> StateB
     return StateBatch(header, rc, op, flow)
 
 
-def start_worker(s: StreamSettings, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "mycroft",
-        "streams",
-        "worker",
-        "--bootstrap",
-        s.bootstrap,
-        "--app-id",
-        s.app_id,
-        "--prefix",
-        s.prefix,
-        "--partitions",
-        str(s.partitions),
-        "--data-dir",
-        s.data_dir,
-        "--stats-interval-s",
-        "1",
-        "--snapshot-interval-s",
-        str(s.snapshot_interval_s),
-        "--rates",
-        "off",
-    ]
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while "[^Worker]: Ready" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"worker did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.2)
-    return proc
-
-
 def run(
     bootstrap: str,
     workers: int,
@@ -109,6 +75,8 @@ def run(
         partitions=max(workers, 1),
         data_dir=str(tmp / app_id),
         snapshot_interval_s=1.0,
+        stats_interval_s=1.0,
+        rates=False,
     )
     ensure_topics(s)
     topics = TopicSet(s.prefix, s.partitions)
@@ -119,7 +87,9 @@ def run(
         else []
     )
     logs = [tmp / f"{app_id}-w{i}.log" for i in range(workers)]
-    procs = [start_worker(s, log) for log in logs]
+    procs = [WorkerProcess(s, log) for log in logs]
+    for proc in procs:
+        proc.start(60)
     time.sleep(2.0)
     from confluent_kafka import Producer  # noqa: PLC0415
 
@@ -144,8 +114,7 @@ def run(
     produce_s = time.monotonic() - t_start
     time.sleep(3.0)
     for proc in procs:
-        proc.terminate()
-        proc.wait(30)
+        proc.stop(30)
     per_worker = []
     for log in logs:
         stats = [

@@ -365,10 +365,10 @@ def reap(runtime: Runtime) -> None:
         runtime.owned_dir = None
 
 
-def read_state(directory: Path) -> dict[str, object]:
-    """Read the CLI's ``broker.json`` from ``directory``; empty when absent."""
+def read_state(directory: Path, name: str = STATE_NAME) -> dict[str, object]:
+    """Read a service CLI's state file (``broker.json``); empty when absent."""
     try:
-        loaded = json.loads((directory / STATE_NAME).read_text("utf-8"))
+        loaded = json.loads((directory / name).read_text("utf-8"))
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}

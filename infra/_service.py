@@ -6,15 +6,21 @@ The Kafka broker, OpenSearch and Prometheus launchers subclass
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
@@ -146,3 +152,92 @@ class LocalService(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class Detachable(Protocol):
+    """What :class:`DetachedCli` needs of a service it starts."""
+
+    startup_s: float | None
+
+    @property
+    def pid(self) -> int | None: ...  # noqa: D102
+
+    @property
+    def url(self) -> str: ...  # noqa: D102
+
+    def rss_bytes(self) -> int: ...  # noqa: D102
+
+    def start(self, timeout_s: float = 60.0, *, detach: bool = False) -> str: ...  # noqa: D102
+
+
+class DetachedCli:
+    """``start`` / ``stop`` of a service left running between commands.
+
+    ``start`` launches it detached unless the one recorded in
+    ``<dir>/<state_name>`` is still alive, and prints its URL; ``stop`` sends
+    it SIGTERM and waits up to ``--timeout``. A process counts as ours only
+    while its command line names ``<dir>`` (and ``marker``), so a recycled
+    pid is never killed.
+    """
+
+    def __init__(
+        self,
+        state_name: str,
+        make: Callable[[argparse.Namespace], Detachable],
+        marker: bytes = b"",
+    ) -> None:
+        self.state_name, self.make, self.marker = state_name, make, marker
+
+    def ours(self, pid: int, workdir: Path) -> bool:
+        """Whether ``pid`` is alive and is the service of ``workdir``."""
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return self.marker in cmdline and str(workdir.resolve()).encode() in cmdline
+
+    def run(self, args: argparse.Namespace) -> int:
+        """Carry out ``args.command`` (``start`` or ``stop``); return 0."""
+        state_path = args.dir / self.state_name
+        state = kp.read_state(args.dir, self.state_name)
+        pid = state.get("pid")
+        alive = isinstance(pid, int) and self.ours(pid, args.dir)
+        if args.command == "start":
+            if not alive:
+                server = self.make(args)
+                server.start(args.timeout, detach=True)
+                state = {
+                    "pid": server.pid,
+                    "url": server.url,
+                    "startup_s": server.startup_s,
+                    "rss_bytes": server.rss_bytes(),
+                }
+                state_path.write_text(json.dumps(state, indent=2), "utf-8")
+            print(state["url"])
+            return 0
+        if alive and isinstance(pid, int):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + args.timeout
+            while self.ours(pid, args.dir) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        state_path.unlink(missing_ok=True)
+        return 0
+
+
+def run_cli(
+    parser: argparse.ArgumentParser,
+    handler: Callable[[argparse.Namespace], int],
+    argv: Sequence[str] | None,
+) -> int:
+    """Parse ``argv`` (``--dir`` made absolute), log to stderr, run ``handler``;
+    a :class:`MycroftError` becomes ``error: ...`` and exit code 1."""
+    args = parser.parse_args(argv)
+    args.dir = args.dir.resolve()
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        return handler(args)
+    except MycroftError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +32,7 @@ from pathlib import Path
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
-from mycroft.infra._service import LocalService
+from mycroft.infra._service import DetachedCli, LocalService, run_cli
 
 __all__ = ["OpenSearchError", "OpenSearchServer", "fetch_distribution", "main"]
 
@@ -256,49 +254,18 @@ class OpenSearchServer(LocalService):
             return False
 
 
-def _ours(pid: int, workdir: Path) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"opensearch" in cmdline and str(workdir.resolve()).encode() in cmdline
-
-
-def _state(directory: Path) -> dict[str, object]:
-    try:
-        loaded = json.loads((directory / STATE_NAME).read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+CLI = DetachedCli(
+    STATE_NAME,
+    lambda args: OpenSearchServer(args.dir, heap_mb=args.heap_mb),
+    b"opensearch",
+)
 
 
 def _cmd(args: argparse.Namespace) -> int:
     if args.command == "fetch":
         print(fetch_distribution())
         return 0
-    state = _state(args.dir)
-    pid = state.get("pid")
-    alive = isinstance(pid, int) and _ours(pid, args.dir)
-    if args.command == "start":
-        if not alive:
-            server = OpenSearchServer(args.dir, heap_mb=args.heap_mb)
-            server.start(args.timeout, detach=True)
-            state = {
-                "pid": server.pid,
-                "url": server.url,
-                "startup_s": server.startup_s,
-                "rss_bytes": server.rss_bytes(),
-            }
-            (args.dir / STATE_NAME).write_text(json.dumps(state, indent=2), "utf-8")
-        print(state["url"])
-        return 0
-    if alive and isinstance(pid, int):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + args.timeout
-        while _ours(pid, args.dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    (args.dir / STATE_NAME).unlink(missing_ok=True)
-    return 0
+    return CLI.run(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -308,16 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(".cache/opensearch-run"))
     parser.add_argument("--heap-mb", type=int, default=512)
     parser.add_argument("--timeout", type=float, default=120.0)
-    args = parser.parse_args(argv)
-    args.dir = args.dir.resolve()
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        return _cmd(args)
-    except MycroftError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_cli(parser, _cmd, argv)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 import urllib.error
@@ -29,7 +28,7 @@ from typing import Any
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
-from mycroft.infra._service import LocalService
+from mycroft.infra._service import DetachedCli, LocalService, run_cli
 
 __all__ = ["PrometheusError", "PrometheusServer", "find_binary", "main"]
 
@@ -192,37 +191,9 @@ class PrometheusServer(LocalService):
         return found
 
 
-def _cmd(args: argparse.Namespace) -> int:
-    state_path = args.dir / STATE_NAME
-    try:
-        state = json.loads(state_path.read_text("utf-8"))
-    except (OSError, ValueError):
-        state = {}
-    pid = state.get("pid")
-    cmdline = b""
-    if isinstance(pid, int):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            cmdline = b""
-    alive = str(args.dir).encode() in cmdline
-    if args.command == "start":
-        if not alive:
-            server = PrometheusServer(args.target, args.dir)
-            server.start(args.timeout, detach=True)
-            state = {
-                "pid": server.pid,
-                "url": server.url,
-                "startup_s": server.startup_s,
-                "rss_bytes": server.rss_bytes(),
-            }
-            state_path.write_text(json.dumps(state, indent=2), "utf-8")
-        print(state["url"])
-        return 0
-    if alive:
-        os.kill(pid, signal.SIGTERM)
-    state_path.unlink(missing_ok=True)
-    return 0
+CLI = DetachedCli(
+    STATE_NAME, lambda args: PrometheusServer(args.target, args.dir), b"prometheus"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,16 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(".cache/prometheus-run"))
     parser.add_argument("--target", action="append", default=[], help="host:port")
     parser.add_argument("--timeout", type=float, default=30.0)
-    args = parser.parse_args(argv)
-    args.dir = args.dir.resolve()
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        return _cmd(args)
-    except MycroftError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return run_cli(parser, CLI.run, argv)
 
 
 if __name__ == "__main__":

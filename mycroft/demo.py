@@ -26,9 +26,10 @@ from typing import IO, Any
 from mycroft.errors import MycroftError
 from mycroft.kafka_client import DecodingConsumer, create_topics
 from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.streams.faust_settings import StreamSettings
+from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet
 
-READY_MARK = "[^Worker]: Ready"
 MAX_ANOMALY_LINES = 6
 
 
@@ -73,18 +74,6 @@ def _stop(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-
-
-def _wait_ready(proc: subprocess.Popen[str], log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if READY_MARK in log.read_text():
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    tail = "\n".join(log.read_text().splitlines()[-30:])
-    raise MycroftError(f"stream worker not ready (log {log}):\n{tail}")
 
 
 def _describe(record: Anomaly | RootCause, start_s: float) -> str:
@@ -178,23 +167,16 @@ def run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
         print(f"Kafka at {bootstrap}; topics ready", file=out, flush=True)
 
         worker_log = workdir / "worker.log"
-        worker = _spawn(
-            [
-                "streams",
-                "worker",
-                "--bootstrap",
+        worker = WorkerProcess(
+            StreamSettings(
                 bootstrap,
-                "--app-id",
-                f"mycroft-demo-{uuid.uuid4().hex[:6]}",
-                "--data-dir",
-                str(workdir / "faust"),
-                "--web-port",
-                "0",
-            ],
+                app_id=f"mycroft-demo-{uuid.uuid4().hex[:6]}",
+                data_dir=str(workdir / "faust"),
+            ),
             worker_log,
         )
-        stack.callback(_stop, worker)
-        _wait_ready(worker, worker_log, 90)
+        stack.callback(worker.stop)
+        worker.start(90)
         print(f"stream worker ready (log: {worker_log})", file=out, flush=True)
 
         consumer = DecodingConsumer(

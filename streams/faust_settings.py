@@ -151,3 +151,15 @@ def parse_settings(
     if "bootstrap" not in values:
         raise ConfigError("--bootstrap (or MYCROFT_STREAMS__BOOTSTRAP) is required")
     return command, StreamSettings(**values)  # type: ignore[arg-type]  # validated in __post_init__
+
+
+def to_argv(settings: StreamSettings) -> list[str]:
+    """``mycroft streams worker`` flags that :func:`parse_settings` reads back
+    as ``settings`` (every field, so the child ignores the parent's env)."""
+    argv = ["worker"]
+    for f in fields(StreamSettings):
+        value = getattr(settings, f.name)
+        if f.name == "rates":
+            value = "on" if value else "off"
+        argv += [f"--{f.name.replace('_', '-')}", str(value)]
+    return argv

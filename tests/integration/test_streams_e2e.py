@@ -8,10 +8,6 @@ mid-incident and checks the restarted one neither loses nor repeats it.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,82 +20,12 @@ from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.faust_topics import ensure_topics
+from mycroft.streams.worker_process import WorkerProcess as WorkerProc
 from mycroft.topics import TopicSet, partition_for
 from tests.unit.core import scenario
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2
-
-
-class WorkerProc:
-    """A ``mycroft streams worker`` subprocess with its log in a file."""
-
-    def __init__(self, settings: StreamSettings, log_path: Path) -> None:
-        self.settings, self.log_path = settings, log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float = 40.0) -> None:
-        s = self.settings
-        cmd = [
-            sys.executable,
-            "-m",
-            "mycroft",
-            "streams",
-            "worker",
-            "--bootstrap",
-            s.bootstrap,
-            "--app-id",
-            s.app_id,
-            "--prefix",
-            s.prefix,
-            "--partitions",
-            str(s.partitions),
-            "--data-dir",
-            s.data_dir,
-            "--evaluate-interval-s",
-            str(s.evaluate_interval_s),
-            "--snapshot-interval-s",
-            str(s.snapshot_interval_s),
-        ]
-        start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
-            )
-        self.wait_log("[^Worker]: Ready", timeout_s, start)
-
-    def log(self, start: int = 0) -> str:
-        return self.log_path.read_bytes()[start:].decode("utf-8", "replace")
-
-    def wait_log(self, text: str, timeout_s: float, start: int = 0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while text not in self.log(start):
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"worker exited {self.proc.returncode}:\n{self.log()[-3000:]}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"no {text!r} in worker log:\n{self.log()[-3000:]}"
-                )
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture
