@@ -42,6 +42,7 @@ class RobustBaseline:
     values: deque[float] = field(default_factory=deque)
     recent: deque[bool] = field(default_factory=deque)
     last: deque[float] = field(default_factory=deque)
+    shift: bool = False  # the last observe() saw a sustained shift
     _stats: tuple[float, float] | None = None
 
     def stats(self) -> tuple[float, float]:
@@ -78,8 +79,14 @@ class RobustBaseline:
             return Verdict.SEVERE if severe else Verdict.HIGH
         return Verdict.NORMAL
 
-    def observe(self, value: float, cfg: DetectorConfig, floor: float) -> Verdict:
-        """Judge ``value``, remember the verdict and learn it if it is normal."""
+    def observe(
+        self, value: float, cfg: DetectorConfig, floor: float, *, shift: bool = False
+    ) -> Verdict:
+        """Judge ``value``, remember the verdict and learn it if it is normal.
+
+        With ``shift``, also set :attr:`shift` (see :meth:`_shifted`), judged
+        against the same baseline as the verdict.
+        """
         verdict = self.judge(value, cfg, floor)
         out = verdict in (Verdict.HIGH, Verdict.SEVERE)
         self.recent.append(out)
@@ -88,6 +95,8 @@ class RobustBaseline:
         self.last.append(value)
         while len(self.last) > cfg.slow_of:
             self.last.popleft()
+        warm = verdict is not Verdict.WARMUP
+        self.shift = shift and warm and self._shifted(cfg, floor)
         if not out:
             self.values.append(value)
             while len(self.values) > self.window:
@@ -99,7 +108,7 @@ class RobustBaseline:
         """Return whether enough of the recent samples were out of band."""
         return bool(sum(self.recent) >= cfg.slow_persist)
 
-    def shifted(self, cfg: DetectorConfig, floor: float) -> bool:
+    def _shifted(self, cfg: DetectorConfig, floor: float) -> bool:
         """Return whether the last ``slow_of`` samples moved as a whole.
 
         A sustained shift (a straggler that became slow and stays so) on a
@@ -109,10 +118,11 @@ class RobustBaseline:
         held to ``slow_shift_k`` sigma instead of ``slow_mad_k``; the newest
         sample must be above that line too (the shift is still going on).
         """
-        if len(self.last) < cfg.slow_of or len(self.values) < cfg.warmup_samples:
+        if len(self.last) < cfg.slow_of:
             return False
         med, sigma = self.stats()
-        line = max(med * cfg.slow_ratio_min, med + cfg.slow_shift_k * sigma, med + floor)
+        k = cfg.slow_shift_k
+        line = max(med * cfg.slow_ratio_min, med + k * sigma, med + floor)
         return self.last[-1] > line and _median(sorted(self.last)) > line
 
     @property

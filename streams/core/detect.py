@@ -247,11 +247,11 @@ def observe_collective(
     for metric, bkey, value, ranks in samples:
         base = book.get(bkey)
         floor = _floor_ns(cfg, metric, med_span)
-        verdict = base.observe(value, cfg, floor)
+        verdict = base.observe(value, cfg, floor, shift=metric == "late")
         if (
             verdict is Verdict.SEVERE
             or (verdict is Verdict.HIGH and metric != "span" and base.persistent(cfg))
-            or (metric == "late" and base.shifted(cfg, floor))
+            or base.shift
         ):
             fired.append(
                 _slow_anomaly(ctx, stat, metric, value, base.stats()[0], ranks, now_ns)

@@ -149,7 +149,7 @@ class Analyzer:
 
     def _ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
         self.ctx.store.ingest_completion(batch, now_ns)
-        sizes = {c: len(i.ranks) for c, i in self.ctx.topo.comms.items()}
+        sizes = self.ctx.topo.comm_sizes()
         for stat in self.tracker.ingest(batch, sizes, now_ns):
             self.stats.append(stat)
             self._pending.extend(observe_collective(self.ctx, stat, now_ns))

@@ -81,6 +81,15 @@ class JobTopology:
                 info.channels[rt.rank] = m.channels
                 info.connections[rt.rank] = m.connections
 
+    def comm_sizes(self) -> dict[int, int]:
+        """Members per communicator (cached: comms are only ever added, and a
+        comm's members are fixed when it is first seen)."""
+        cached = self.__dict__.get("_sizes")
+        if not isinstance(cached, dict) or len(cached) != len(self.comms):
+            cached = {c: len(info.ranks) for c, info in self.comms.items()}
+            self.__dict__["_sizes"] = cached
+        return cached
+
     def members(self, comm: int) -> tuple[int, ...]:
         """Return the global ranks of ``comm`` in communicator order (may be ())."""
         info = self.comms.get(comm)
