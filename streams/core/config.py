@@ -38,6 +38,9 @@ class DetectorConfig:
         history_s: Seconds of flow snapshots kept per host for RCA.
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.
+        incident_max_anomalies: Anomalies published per incident; later ones
+            (a hang of a large job stalls hundreds of comms) still count for
+            root cause but are not sent, so one fault is not a flood.
         completion_timeout_s: A collective whose completions stay partial this
             long is dropped from the completion tracker.
     """
@@ -58,8 +61,10 @@ class DetectorConfig:
     severe_extra_s: float = 0.5
     severe_ratio: float = 4.0
     late_floor_s: float = 0.005
+    gap_floor_chunks: float = 1.5
     history_s: float = 12.0
     incident_quiet_s: float = 5.0
+    incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0
 
     @property

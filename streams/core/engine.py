@@ -179,12 +179,13 @@ class Analyzer:
             if a.anomaly_id in self._emitted or not self._novel(a):
                 continue
             self._emitted.add(a.anomaly_id)
-            out.append(a)
             if self.incident is None:
                 self.incident = Incident(
                     _incident_id(a), a.kind, a.onset_ns, now_ns, last_active_ns=now_ns
                 )
             self.incident.anomalies[a.anomaly_id] = a
+            if len(self.incident.anomalies) <= self.cfg.incident_max_anomalies:
+                out.append(a)
         rc = self._resolve(now_ns)
         return out + ([rc] if rc is not None else [])
 
@@ -229,7 +230,9 @@ class Analyzer:
             kind=kind,
             culprits=tuple(culprits),
             evidence=tuple(evidence[:24]),
-            anomaly_ids=tuple(sorted(inc.anomalies)),
+            anomaly_ids=tuple(
+                sorted(list(inc.anomalies)[: self.cfg.incident_max_anomalies])
+            ),
             onset_ns=min(a.onset_ns for a in inc.anomalies.values()),
             detected_ns=inc.detected_ns,
             resolved_ns=now_ns,

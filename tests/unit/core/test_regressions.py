@@ -186,3 +186,22 @@ def test_sim_hang_culprit(fault, component):
     best = doc["root_causes"][0]
     assert best["rank"] in truth["faults"][0]["ranks"]
     assert best["component"] == component.value
+
+
+def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():
+    """A hang stalls every comm of the job; only the first
+    ``incident_max_anomalies`` anomalies are published, all of them count."""
+    cfg = SimConfig(tp=4, pp=2, dp=2, duration_s=14.0, seed=2)
+    wide, narrow = Replay(), Replay(DetectorConfig(incident_max_anomalies=2))
+    for rp in (wide, narrow):
+        simulate(cfg, [parse_spec("gpu-hang:rank=5,at=6")], rp)
+        rp.finish()
+    assert len(wide.anomalies) > 2
+    assert len(narrow.anomalies) == 2
+    best = {
+        rp: max(rp.causes.values(), key=lambda c: c.revision).culprits[0]
+        for rp in (wide, narrow)
+    }
+    assert best[narrow].rank == best[wide].rank == 5
+    (cause,) = narrow.causes.values()
+    assert set(cause.anomaly_ids) == {a.anomaly_id for a in narrow.anomalies}
