@@ -126,6 +126,7 @@ def plot(doc: dict[str, Any]) -> None:
     ):
         ax.set_xlabel(title)
         ax.set_ylabel("fraction of faulty runs")
+        ax.set_ylim(0, 1.02)
         ax.set_xscale("symlog", linthresh=0.1)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)

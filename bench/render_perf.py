@@ -152,6 +152,22 @@ def _live_campaign(r: dict[str, Any]) -> list[str]:
         rows += ["", f"Healthy: {h['n']} runs, {h['simulated_minutes']} simulated "
                  f"minutes, {h['false_root_causes']} false root cause(s), "
                  f"{h['false_anomalies']} false anomalies."]  # fmt: skip
+    paper = r.get("paper")
+    if paper:
+        rows += [
+            "",
+            "| beside the paper (production, SOSP'25) | paper | here |",
+            "|---|---|---|",
+            "| hangs detected within 15 s | 90 % | "
+            f"{_pct(paper['hangs_detected_within_15s'])} |",
+            "| root causes within 20 s of onset | about 60 % | "
+            f"{_pct(paper['root_causes_within_20s'])} |",
+            "| root causes within 60 s of onset | 100 % | "
+            f"{_pct(paper['root_causes_within_60s'])} |",
+        ]
+    if r.get("command"):
+        rows += ["", f"This run: `{r['command']}`; CDFs in "
+                 f"`bench/results/campaign_live_{r['ranks']}_cdf.png`."]  # fmt: skip
     return rows
 
 
