@@ -42,7 +42,7 @@ from mycroft.schemas.records import Anomaly, RootCause  # noqa: E402
 from mycroft.streams.analyze import to_json  # noqa: E402
 from mycroft.streams.faust_settings import StreamSettings  # noqa: E402
 from mycroft.streams.worker_process import WorkerProcess  # noqa: E402
-from mycroft.topics import TopicSet  # noqa: E402
+from mycroft.topics import TopicSet, partition_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
@@ -148,6 +148,46 @@ def _start_workers(n: int, bootstrap: str, work: Path) -> list[WorkerProcess]:
     return procs
 
 
+class Backlog:
+    """How far the workers' consumer group is behind on a job's partition.
+
+    A run is scored once the workers committed past everything its job
+    published (they commit right after each snapshot), plus ``--grace``: a
+    worker that lags is then late on Kafka (which the latencies show) but
+    not cut off.
+    """
+
+    def __init__(self, bootstrap: str, group: str, topics: TopicSet) -> None:
+        from confluent_kafka import Consumer  # noqa: PLC0415
+
+        self.topics = [topics.state, topics.completion]
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "enable.auto.commit": False})  # fmt: skip
+
+    def ends(self, job: str) -> list[Any]:
+        """The end offsets of ``job``'s partition now (call when it stopped)."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        p = partition_for(job, PARTITIONS)
+        return [
+            TopicPartition(t, p, self.consumer.get_watermark_offsets(
+                TopicPartition(t, p), timeout=10)[1])
+            for t in self.topics
+        ]  # fmt: skip
+
+    def caught_up(self, ends: list[Any]) -> bool:
+        """Whether the group committed up to ``ends``."""
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        asked = [TopicPartition(e.topic, e.partition) for e in ends]
+        done = self.consumer.committed(asked, timeout=10)
+        return all(d.offset >= e.offset for d, e in zip(done, ends, strict=True))
+
+    def close(self) -> None:
+        """Release the client (it never joined the group)."""
+        self.consumer.close()
+
+
 @dataclass
 class Run:
     fault: str
@@ -156,6 +196,8 @@ class Run:
     truth: Path
     proc: subprocess.Popen[bytes]
     ended: float | None = None
+    ends: list[Any] = field(default_factory=list)
+    caught_up: float | None = None
 
 
 def _launch(fault: str, seed: int, a: argparse.Namespace, work: Path,
@@ -199,24 +241,34 @@ def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
         workers = _start_workers(a.workers, bootstrap, work)
         collector = Collector(bootstrap, topics)
         collector.start()
+        backlog = Backlog(bootstrap, workers[0].settings.app_id, topics)
         running: list[Run] = []
         try:
             while queue or running:
                 while queue and len(running) < a.concurrency:
                     running.append(_launch(*queue.pop(0), a, work, bootstrap))
                 time.sleep(0.5)
+                now = time.monotonic()
                 for run in list(running):
                     if run.ended is None and run.proc.poll() is not None:
-                        run.ended = time.monotonic()
-                    if run.ended is not None and time.monotonic() - run.ended > a.grace:
+                        run.ended, run.ends = now, backlog.ends(run.job_id)
+                    if run.ended is None:
+                        continue
+                    if run.caught_up is None and (
+                        backlog.caught_up(run.ends) or now - run.ended > a.max_wait
+                    ):
+                        run.caught_up = now
+                    if run.caught_up is not None and now - run.caught_up > a.grace:
                         running.remove(run)
                         row = _score(run, collector, a)
+                        row["catch_up_s"] = round(run.caught_up - run.ended, 1)
                         rows.append(row)
                         print(json.dumps({k: row[k] for k in (
                             "job", "detected", "detection_latency_s",
                             "rca_after_detection_s", "rank_ok", "component_ok")}),
                             flush=True)  # fmt: skip
         finally:
+            backlog.close()
             collector.stopping.set()
             collector.join(10)
             for w in workers:
@@ -240,8 +292,14 @@ def main() -> int:
         "--workdir", type=Path, help="keep logs, truths and each job's findings here"
     )
     p.add_argument("--out", type=Path, help="results JSON (default bench/results/)")
-    p.add_argument("--grace", type=float, default=4.0,
-                   help="s to wait for findings after a run ends")  # fmt: skip
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=4.0,
+        help="s to wait for findings once the workers caught up",
+    )
+    p.add_argument("--max-wait", type=float, default=120.0,
+                   help="s to wait for the workers to catch up")  # fmt: skip
     a = p.parse_args()
     started = time.time()
     rows = campaign(a)
