@@ -52,7 +52,9 @@ class RobustBaseline:
             # this runs for every rank of every completed collective.
             values = sorted(self.values)
             med = _median(values)
-            mad = _median(sorted(abs(v - med) for v in values))
+            # map() keeps the deviations in C (a generator costs a Python
+            # frame per sample: a quarter of a 1,024-rank analysis).
+            mad = _median(sorted(map(abs, map(float(-med).__add__, values))))
             self._stats = (med, _MAD_TO_SIGMA * mad)
         return self._stats
 
