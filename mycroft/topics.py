@@ -3,7 +3,9 @@
 Names follow ``mycroft.<stage>.<entity>.v<N>``; ``N`` changes only on an
 incompatible schema change (see ``schemas/README.md``). All topics are
 partitioned by job id (:func:`partition_for`), so one job's records stay in
-order on one partition and one stream worker owns a job.
+order on one partition and one stream worker owns a job; the two-stage
+worker's internal ``split.commstate`` topic is keyed ``job_id/comm_group``
+and partitioned by :func:`group_partition` (``streams/SCALING.md``).
 """
 
 from __future__ import annotations
@@ -110,6 +112,29 @@ TOPICS: tuple[TopicSpec, ...] = (
         "root causes: ranked culprits with evidence, revised per incident",
     ),
     TopicSpec(
+        "split",
+        "commstate",
+        1,
+        "-",
+        "job_id/comm_group",
+        8,
+        DAY_MS,
+        False,
+        "two-stage worker, internal: state/completion rows re-batched per comm "
+        "group, heartbeats and topology copied to every group (stage 0 -> 1)",
+    ),
+    TopicSpec(
+        "detect",
+        "commsummary",
+        1,
+        "CommSummary",
+        "job_id",
+        8,
+        DAY_MS,
+        False,
+        "two-stage worker, internal: per comm group summaries (stage 1 -> 2)",
+    ),
+    TopicSpec(
         "dlq",
         "raw",
         1,
@@ -164,6 +189,14 @@ class TopicSet:
         return self.name("rca.rootcause")
 
     @property
+    def split_state(self) -> str:
+        return self.name("split.commstate")
+
+    @property
+    def comm_summary(self) -> str:
+        return self.name("detect.commsummary")
+
+    @property
     def deadletter(self) -> str:
         return self.name("dlq.raw")
 
@@ -182,3 +215,31 @@ def partition_for(job_id: str, partitions: int) -> int:
     id (the compacted topology topic keys by ``job_id/host``).
     """
     return zlib.crc32(job_id.encode("utf-8")) % partitions
+
+
+def group_partition(job_id: str, group: int, partitions: int) -> int:
+    """Partition of one comm group of a job (two-stage worker's split topic).
+
+    The job's partition plus the group, modulo the count: a job's groups land
+    on consecutive partitions, so ``G`` groups spread over ``min(G, N)``
+    partitions. (CRC-32 of ``job/group`` does not spread them: its low bits
+    hardly depend on the last character, e.g. groups 0-3 all share one of 2.)
+    """
+    return (partition_for(job_id, partitions) + group) % partitions
+
+
+def group_key(job_id: str, group: int) -> str:
+    """Kafka key of one comm group of a job on the split topic: ``job/group``."""
+    return f"{job_id}/{group}"
+
+
+def parse_group_key(key: str) -> tuple[str, int]:
+    """Split a ``job/group`` key into ``(job, group)``.
+
+    Raises:
+        ValueError: the key has no ``/<int>`` suffix.
+    """
+    job, sep, group = key.rpartition("/")
+    if not sep or not job or not group.isdigit():
+        raise ValueError(f"comm-group key {key!r} is not 'job/group'")
+    return job, int(group)

@@ -39,6 +39,7 @@ SCHEMA_FILES: dict[str, str] = {
     "Topology": "topology.avsc",
     "Anomaly": "anomaly.avsc",
     "RootCause": "rootcause.avsc",
+    "CommSummary": "commsummary.avsc",
 }
 """Record type name -> schema file in this package."""
 

@@ -11,8 +11,12 @@ from mycroft.schemas.columns import COMPLETION_GROUPS, STATE_GROUPS, Group, empt
 from mycroft.schemas.records import (
     Anomaly,
     BatchHeader,
+    BlockedRank,
+    BlockState,
     ChannelTopology,
     CommMembership,
+    CommStatus,
+    CommSummary,
     CompletionBatch,
     Connection,
     Culprit,
@@ -89,7 +93,7 @@ def unsigned64(comm: int) -> int:
     return comm + _U64 if comm < 0 else comm
 
 
-def to_datum(record: Record) -> tuple[str, Datum]:
+def to_datum(record: Record) -> tuple[str, Datum]:  # noqa: PLR0911 - one case per type
     """Return ``(record type name, Avro datum)`` for a record."""
     match record:
         case StateBatch():
@@ -110,10 +114,12 @@ def to_datum(record: Record) -> tuple[str, Datum]:
             return "Anomaly", _anomaly_datum(record)
         case RootCause():
             return "RootCause", _rootcause_datum(record)
+        case CommSummary():
+            return "CommSummary", _summary_datum(record)
     raise TypeError(f"not a Mycroft record: {type(record).__name__}")
 
 
-def from_datum(name: str, datum: Datum) -> Record:
+def from_datum(name: str, datum: Datum) -> Record:  # noqa: PLR0911 - one case per type
     """Build the record of type ``name`` from its Avro datum."""
     match name:
         case "StateBatch":
@@ -135,6 +141,8 @@ def from_datum(name: str, datum: Datum) -> Record:
             return _anomaly(datum)
         case "RootCause":
             return _rootcause(datum)
+        case "CommSummary":
+            return _summary(datum)
     raise DecodeError("invalid", f"unknown record type {name!r}")
 
 
@@ -237,20 +245,34 @@ def _anomaly(d: Datum) -> Anomaly:
     )
 
 
+def _culprit_datum(c: Culprit) -> Datum:
+    return vars(c) | {"component": c.component.value, "kind": c.kind.value}
+
+
+def _evidence_datum(e: Evidence) -> Datum:
+    return vars(e) | {"comm": None if e.comm is None else signed64(e.comm)}
+
+
+def _culprit(c: Datum) -> Culprit:
+    return Culprit(
+        **(c | {"component": Component(c["component"]), "kind": FaultKind(c["kind"])})
+    )
+
+
+def _evidence(e: Datum) -> Evidence:
+    return Evidence(
+        **(e | {"comm": None if e["comm"] is None else unsigned64(e["comm"])})
+    )
+
+
 def _rootcause_datum(rc: RootCause) -> Datum:
     return {
         "incident_id": rc.incident_id,
         "revision": rc.revision,
         "job_id": rc.job_id,
         "kind": rc.kind.value,
-        "culprits": [
-            vars(c) | {"component": c.component.value, "kind": c.kind.value}
-            for c in rc.culprits
-        ],
-        "evidence": [
-            vars(e) | {"comm": None if e.comm is None else signed64(e.comm)}
-            for e in rc.evidence
-        ],
+        "culprits": [_culprit_datum(c) for c in rc.culprits],
+        "evidence": [_evidence_datum(e) for e in rc.evidence],
         "anomaly_ids": list(rc.anomaly_ids),
         "onset_ns": rc.onset_ns,
         "detected_ns": rc.detected_ns,
@@ -262,19 +284,8 @@ def _rootcause_datum(rc: RootCause) -> Datum:
 
 
 def _rootcause(d: Datum) -> RootCause:
-    culprits = tuple(
-        Culprit(
-            **(
-                c
-                | {"component": Component(c["component"]), "kind": FaultKind(c["kind"])}
-            )
-        )
-        for c in d["culprits"]
-    )
-    evidence = tuple(
-        Evidence(**(e | {"comm": None if e["comm"] is None else unsigned64(e["comm"])}))
-        for e in d["evidence"]
-    )
+    culprits = tuple(_culprit(c) for c in d["culprits"])
+    evidence = tuple(_evidence(e) for e in d["evidence"])
     return RootCause(
         incident_id=d["incident_id"],
         revision=d["revision"],
@@ -286,5 +297,65 @@ def _rootcause(d: Datum) -> RootCause:
         onset_ns=d["onset_ns"],
         detected_ns=d["detected_ns"],
         resolved_ns=d["resolved_ns"],
+        emitted_wall_ns=d["emitted_wall_ns"],
+    )
+
+
+def _summary_datum(s: CommSummary) -> Datum:
+    return {
+        "job_id": s.job_id,
+        "group": s.group,
+        "groups": s.groups,
+        "tick_ns": s.tick_ns,
+        "data_ns": s.data_ns,
+        "comms_total": s.comms_total,
+        "rows": s.rows,
+        "comms": [
+            {
+                "comm": signed64(c.comm),
+                "kind": c.kind.value,
+                "frontier_seq": c.frontier_seq,
+                "last_progress_ns": c.last_progress_ns,
+                "stall_ns": c.stall_ns,
+                "blocked": [vars(b) | {"state": b.state.value} for b in c.blocked],
+                "culprits": [_culprit_datum(x) for x in c.culprits],
+                "evidence": [_evidence_datum(e) for e in c.evidence],
+            }
+            for c in s.comms
+        ],
+        "anomalies": [_anomaly_datum(a) for a in s.anomalies],
+        "active": list(s.active),
+        "emitted_wall_ns": s.emitted_wall_ns,
+    }
+
+
+def _summary(d: Datum) -> CommSummary:
+    comms = tuple(
+        CommStatus(
+            comm=unsigned64(c["comm"]),
+            kind=FaultKind(c["kind"]),
+            frontier_seq=c["frontier_seq"],
+            last_progress_ns=c["last_progress_ns"],
+            stall_ns=c["stall_ns"],
+            blocked=tuple(
+                BlockedRank(**(b | {"state": BlockState(b["state"])}))
+                for b in c["blocked"]
+            ),
+            culprits=tuple(_culprit(x) for x in c["culprits"]),
+            evidence=tuple(_evidence(e) for e in c["evidence"]),
+        )
+        for c in d["comms"]
+    )
+    return CommSummary(
+        job_id=d["job_id"],
+        group=d["group"],
+        groups=d["groups"],
+        tick_ns=d["tick_ns"],
+        data_ns=d["data_ns"],
+        comms_total=d["comms_total"],
+        rows=d["rows"],
+        comms=comms,
+        anomalies=tuple(_anomaly(a) for a in d["anomalies"]),
+        active=tuple(d["active"]),
         emitted_wall_ns=d["emitted_wall_ns"],
     )

@@ -9,6 +9,7 @@ reporting host's clock, unless a name says otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import numpy as np
 
@@ -212,4 +213,71 @@ class RootCause:
         return (self.resolved_ns - self.detected_ns) / 1e9
 
 
-Record = StateBatch | CompletionBatch | Heartbeat | Topology | Anomaly | RootCause
+class BlockState(StrEnum):
+    """Where a rank of a stalled communicator stands at its frontier op."""
+
+    IN_OP = "in_op"  # issued the op and has not completed it
+    ABSENT = "absent"  # never issued the op its peers are in
+    LOST = "lost"  # stopped reporting (silence detector)
+
+
+@dataclass(frozen=True)
+class BlockedRank:
+    """One rank of a stalled communicator that has not completed its frontier op."""
+
+    rank: int
+    seq: int
+    state: BlockState
+    issue_ns: int = 0
+
+
+@dataclass(frozen=True)
+class CommStatus:
+    """Stage-1 view of one communicator that needs the job stage's attention.
+
+    ``kind`` says what ``culprits`` explain: a stall (hang), a slowdown or a
+    mismatch seen in this communicator alone (its comm group's rows).
+    """
+
+    comm: int
+    kind: FaultKind
+    frontier_seq: int
+    last_progress_ns: int
+    stall_ns: int
+    blocked: tuple[BlockedRank, ...] = ()
+    culprits: tuple[Culprit, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommSummary:
+    """One evaluate tick of one (job, comm group) in the two-stage worker.
+
+    Healthy communicators are only counted: ``comms`` lists those stalled,
+    slow or mismatched, so the size is O(lagging ranks), not O(ranks).
+    ``anomalies`` are the ones new since the previous summary; ``active`` the
+    ids of every anomaly still firing at ``tick_ns``.
+    """
+
+    job_id: str
+    group: int
+    groups: int
+    tick_ns: int
+    data_ns: int
+    comms_total: int
+    rows: int
+    comms: tuple[CommStatus, ...] = ()
+    anomalies: tuple[Anomaly, ...] = ()
+    active: tuple[str, ...] = ()
+    emitted_wall_ns: int = 0
+
+
+Record = (
+    StateBatch
+    | CompletionBatch
+    | Heartbeat
+    | Topology
+    | Anomaly
+    | RootCause
+    | CommSummary
+)

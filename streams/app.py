@@ -12,6 +12,11 @@ snapshot means a restarted worker resumes exactly where its restored engines
 left off. The ``emitted`` table makes re-sent findings idempotent.
 
 Run: ``mycroft streams worker --bootstrap HOST:PORT [--app-id ID] [--prefix P]``.
+
+The same machinery runs the stages of the two-stage worker for jobs too large
+for one worker (``--stage split|comm|job``, see ``streams/SCALING.md``): the
+``comm`` stage keys its engines by ``job/comm_group`` (the Kafka key of the
+split topic) and sends comm summaries; the ``job`` stage resolves them.
 """
 
 from __future__ import annotations
@@ -30,8 +35,16 @@ from faust.types import TP
 from mycroft.errors import ConfigError, DecodeError
 from mycroft.kafka_client import deadletter_headers
 from mycroft.schemas.codec import Codec
-from mycroft.schemas.records import Anomaly, CompletionBatch, RootCause, StateBatch
+from mycroft.schemas.records import (
+    Anomaly,
+    CommSummary,
+    CompletionBatch,
+    Record,
+    RootCause,
+    StateBatch,
+)
 from mycroft.streams.faust_runtime import (
+    Engine,
     EngineFactory,
     Finding,
     JobRouter,
@@ -41,18 +54,41 @@ from mycroft.streams.faust_runtime import (
     mark_sent,
     rank_chunks,
     record_job,
-    record_time_ns,
 )
 from mycroft.streams.faust_settings import StreamSettings, parse_settings
+from mycroft.streams.faust_split import build_split_app
 from mycroft.streams.faust_topics import ensure_topics, tick_topic
-from mycroft.topics import TopicSet, partition_for
+from mycroft.topics import (
+    TopicSet,
+    group_partition,
+    parse_group_key,
+    partition_for,
+)
 
 log = logging.getLogger(__name__)
 _NEVER = 10**9  # Faust must not commit on its own: we commit after snapshots
 
 
-def default_engine_factory() -> EngineFactory:
-    """The real per-job analyzer (imported lazily: scipy/networkx are heavy)."""
+def default_engine_factory(
+    stage: str = "single", comm_groups: int = 8
+) -> EngineFactory:
+    """The real engine of a stage (imported lazily: scipy/networkx are heavy).
+
+    ``single``: the per-job ``Analyzer``; ``comm``: a ``CommAnalyzer`` per
+    ``job/comm_group`` key; ``job``: the per-job ``JobResolver``.
+    """
+    if stage == "comm":
+        from mycroft.streams.core.comm_analyzer import CommAnalyzer  # noqa: PLC0415
+
+        def comm_engine(key: str) -> Engine:
+            job, group = parse_group_key(key)
+            return CommAnalyzer(job, group, comm_groups)
+
+        return comm_engine
+    if stage == "job":
+        from mycroft.streams.core.job_resolver import JobResolver  # noqa: PLC0415
+
+        return JobResolver
     from mycroft.streams.core.engine import Analyzer  # noqa: PLC0415
 
     return Analyzer
@@ -91,6 +127,7 @@ class Pipeline:
         settings: StreamSettings,
         factory: EngineFactory,
         topics: TopicSet,
+        sources: Sequence[str] | None = None,
     ) -> None:
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
@@ -102,16 +139,17 @@ class Pipeline:
         n = settings.partitions
         raw: dict[str, Any] = {"value_serializer": "raw", "key_serializer": "raw"}
         self.tick = app.topic(tick_topic(settings), partitions=n, **raw)
-        self.source_names = [
+        raw_sources = [
             topics.state,
             topics.completion,
             topics.heartbeat,
             topics.topology,
-            self.tick.get_topic_name(),
         ]
+        self.source_names = [*(sources or raw_sources), self.tick.get_topic_name()]
         self.source = app.topic(*self.source_names, **raw)
         self.anomaly = app.topic(topics.anomaly, **raw)
         self.rootcause = app.topic(topics.rootcause, **raw)
+        self.summary = app.topic(topics.comm_summary, **raw)
         self.deadletter = app.topic(topics.deadletter, **raw)
         big = {"max.message.bytes": str(16 * 1024 * 1024)}
         self.snapshots = app.Table(
@@ -145,7 +183,7 @@ class Pipeline:
         blobs = [
             (j, b)
             for j, b in self.snapshots.items()
-            if partition_for(j, n) == partition
+            if self.partition_of(j, n) == partition
         ]
         if self.router.restore(blobs, partition, time.monotonic()):
             log.info("restored %d job engine(s) of partition %d", len(blobs), partition)
@@ -159,19 +197,27 @@ class Pipeline:
                 msg, exc.located(msg.topic, msg.partition, msg.offset)
             )
             return
-        job = record_job(record)
+        job = self.route(msg, record)
         slot = self.router.slot(job, msg.partition)
-        slot.observe(record_time_ns(record), time.monotonic())
-        # Arrivals are stamped with the job's newest trace time, never with the
-        # wall-extrapolated clock: after a stall or on a backlog the records
-        # still arrive in trace order, and liveness compares hosts by them.
-        slot.engine.ingest(record, slot.trace_ns)
-        slot.dirty = True
+        slot.ingest(record, time.monotonic())
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
         if self.settings.rates and isinstance(record, CompletionBatch):
             self.update_rates(job, record)
+
+    def partition_of(self, key: str, partitions: int) -> int:
+        """Source partition of an engine key (``job/comm_group`` in stage 1)."""
+        if self.settings.stage == "comm":
+            job, group = parse_group_key(key)
+            return group_partition(job, group, partitions)
+        return partition_for(key, partitions)
+
+    def route(self, msg: Any, record: Record) -> str:
+        """Engine key of a record: its job, or ``job/comm_group`` in stage 1."""
+        if self.settings.stage == "comm":
+            return bytes(msg.key or b"").decode("utf-8", "replace")
+        return record_job(record)
 
     def update_rates(self, job: str, batch: CompletionBatch) -> None:
         """Windowed exports: chunks per rank (1 s tumbling), ops per comm (hopping)."""
@@ -222,11 +268,17 @@ class Pipeline:
         self.counts["rows"] = 0
         self.last_stats, self.max_lag_s = wall, 0.0
 
-    async def emit(self, job: str, findings: Sequence[Finding]) -> None:
-        """Send findings not sent before; record them in the ``emitted`` table."""
+    async def emit(self, job: str, findings: Sequence[Finding | CommSummary]) -> None:
+        """Send findings not sent before; record them in the ``emitted`` table.
+
+        Comm summaries (stage 1) are periodic state, not findings: always sent.
+        """
         state = self.emitted.get(job)
         sent = 0
         for f in findings:
+            if isinstance(f, CommSummary):
+                await self.send_summary(f)
+                continue
             if not is_fresh(state, f):
                 self.counts["suppressed"] += 1
                 continue
@@ -253,6 +305,16 @@ class Pipeline:
             log.info("anomaly %s: %s", finding.anomaly_id, finding.summary)
         else:
             log.info("root cause %s rev %d", finding.incident_id, finding.revision)
+
+    async def send_summary(self, summary: CommSummary) -> None:
+        """Encode and send one comm summary keyed and partitioned by its job."""
+        stamped = replace(summary, emitted_wall_ns=time.time_ns())
+        job = summary.job_id
+        p = partition_for(job, self.topics.partitions("detect.commsummary"))
+        await self.summary.send(
+            key=job.encode(), value=self.codec.encode(stamped), partition=p
+        )
+        self.counts["summaries"] += 1
 
     async def snapshot(self, partition: int) -> None:
         """Write this partition's changed engine snapshots, then commit its offsets.
@@ -297,10 +359,20 @@ def _bytes_headers(
 def build_app(
     settings: StreamSettings, factory: EngineFactory | None = None
 ) -> tuple[faust.App, Pipeline]:
-    """Create the Faust app, its topics, tables, agent and timer."""
-    app = faust.App(settings.app_id, **faust_config(settings))
+    """Create the Faust app, its topics, tables, agent and timer.
+
+    ``settings.stage`` picks the sources and the engine: ``single`` reads the
+    raw topics, ``comm`` the split topic, ``job`` the topology and summary
+    topics (``split`` has its own app: :func:`build_split_app`).
+    """
+    app = faust.App(settings.group_id, **faust_config(settings))
     topics = TopicSet(settings.prefix, settings.partitions)
-    pipe = Pipeline(app, settings, factory or default_engine_factory(), topics)
+    sources = {
+        "comm": [topics.split_state],
+        "job": [topics.topology, topics.comm_summary],
+    }.get(settings.stage)
+    engines = factory or default_engine_factory(settings.stage, settings.comm_groups)
+    pipe = Pipeline(app, settings, engines, topics, sources)
 
     @app.agent(pipe.source, name="mycroft-ingest")
     async def ingest(stream: Any) -> None:
@@ -322,7 +394,10 @@ def build_app(
 def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -> int:
     """Create topics, then run a Faust worker until it is stopped; return its code."""
     ensure_topics(settings)
-    app, _ = build_app(settings, factory)
+    if settings.stage == "split":
+        app = build_split_app(settings, faust_config(settings))
+    else:
+        app, _ = build_app(settings, factory)
     worker = faust.Worker(app, loglevel=settings.loglevel, quiet=True)
     try:
         worker.execute_from_commandline()

@@ -16,6 +16,7 @@ import numpy as np
 
 from mycroft.schemas.records import (
     Anomaly,
+    CommSummary,
     CompletionBatch,
     Heartbeat,
     Record,
@@ -35,8 +36,8 @@ class Engine(Protocol):
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold one decoded record in."""
 
-    def evaluate(self, now_ns: int) -> Sequence[Finding]:
-        """Return new anomalies and root-cause revisions at ``now_ns``."""
+    def evaluate(self, now_ns: int) -> Sequence[Finding | CommSummary]:
+        """Return new anomalies and root-cause revisions (or comm summaries)."""
 
 
 EngineFactory = Callable[[str], Engine]
@@ -55,6 +56,8 @@ def record_time_ns(record: Record) -> int:
         return record.header.tick_ns
     if isinstance(record, Heartbeat | Topology):
         return record.ts_ns
+    if isinstance(record, CommSummary):
+        return record.tick_ns
     return record.detected_ns
 
 

@@ -18,6 +18,7 @@ from mycroft.errors import ConfigError
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _HOSTPORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
 ENV_PREFIX = "MYCROFT_STREAMS__"
+STAGES = ("single", "split", "comm", "job")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,12 @@ class StreamSettings:
         stats_interval_s: Period of the stats log line (rows/s, lag, counters).
         job_idle_s: A job without records for this long is evicted from the
             worker (its snapshot deleted); it starts afresh if records return.
+        stage: ``single`` (one stage per job, the default) or one stage of
+            the two-stage worker (``streams/SCALING.md``): ``split`` (stage
+            0: raw rows -> comm groups), ``comm`` (stage 1: per comm group
+            detection and summaries) or ``job`` (stage 2: per job root cause).
+        comm_groups: Comm groups per job in the two-stage worker; ``split``
+            and ``comm`` workers must agree on it.
     """
 
     bootstrap: str
@@ -54,6 +61,8 @@ class StreamSettings:
     loglevel: str = "info"
     stats_interval_s: float = 10.0
     job_idle_s: float = 120.0
+    stage: str = "single"
+    comm_groups: int = 8
 
     def __post_init__(self) -> None:
         servers = self.bootstrap.split(",") if self.bootstrap else []
@@ -83,6 +92,24 @@ class StreamSettings:
             raise ConfigError("job idle time must be >= 10 snapshot intervals")
         if self.loglevel.lower() not in {"debug", "info", "warning", "error"}:
             raise ConfigError(f"unknown log level {self.loglevel!r}")
+        self._check_stage()
+
+    def _check_stage(self) -> None:
+        if self.stage not in STAGES:
+            raise ConfigError(
+                f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}"
+            )
+        if not 1 <= self.comm_groups <= 4096:
+            raise ConfigError(f"comm groups must be 1..4096, got {self.comm_groups}")
+
+    @property
+    def group_id(self) -> str:
+        """Faust app id of this stage: ``app_id``, suffixed by the stage if not single.
+
+        Each stage is its own consumer group with its own tick topic and
+        tables, so the stages of one deployment can share ``--app-id``.
+        """
+        return self.app_id if self.stage == "single" else f"{self.app_id}-{self.stage}"
 
     @property
     def web_enabled(self) -> bool:
@@ -111,6 +138,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", "-l")
     p.add_argument("--stats-interval-s", type=float)
     p.add_argument("--job-idle-s", type=float, help="evict jobs silent this long")
+    p.add_argument(
+        "--stage", choices=STAGES, help="single (default) or a two-stage worker stage"
+    )
+    p.add_argument("--comm-groups", type=int, help="comm groups per job (two-stage)")
     return p
 
 

@@ -10,8 +10,8 @@ from mycroft.topics import TopicSet
 
 
 def tick_topic(settings: StreamSettings) -> str:
-    """Name of the internal tick topic (one per app id, co-partitioned)."""
-    return f"{settings.app_id}-tick"
+    """Name of the internal tick topic (one per app id and stage, co-partitioned)."""
+    return f"{settings.group_id}-tick"
 
 
 TABLES: dict[str, str] = {
@@ -25,7 +25,7 @@ TABLES: dict[str, str] = {
 
 def changelog_topic(settings: StreamSettings, table: str) -> str:
     """Name Faust gives the changelog topic of ``table``."""
-    return f"{settings.app_id}-{table}-changelog"
+    return f"{settings.group_id}-{table}-changelog"
 
 
 def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str]:

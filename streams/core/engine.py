@@ -156,6 +156,13 @@ class Analyzer:
 
     def evaluate(self, now_ns: int) -> list[Finding]:
         """Run the timer-driven detectors; return new anomalies and root causes."""
+        return self.track(self.detect(now_ns), now_ns)
+
+    def detect(self, now_ns: int) -> list[Anomaly]:
+        """Return every anomaly firing now (repeats included), no incident logic.
+
+        Slowdowns found while ingesting completions are returned once.
+        """
         found = (
             self._pending
             + detect_silence(self.ctx, now_ns)
@@ -164,6 +171,10 @@ class Analyzer:
         )
         self._pending = []
         self.tracker.expire(now_ns, int(self.cfg.completion_timeout_s * 1e9))
+        return found
+
+    def track(self, found: list[Anomaly], now_ns: int) -> list[Finding]:
+        """Fold the anomalies firing now into the incident; return what is new."""
         out: list[Finding] = []
         inc = self.incident
         if inc is not None and found:

@@ -149,6 +149,10 @@ class ProgressStore:
             hs = self.hosts[name] = HostState(len(self.hosts), name)
         return hs
 
+    def comm_count(self) -> int:
+        """Number of communicators seen so far."""
+        return len(self._comm_code)
+
     def _slot_index(self, rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
         codes = self._codes(comm)
         keys = (codes << np.uint64(32)) | rank.astype(np.uint64)

@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.tracefile import ListWriter
 from mycroft.schemas.records import Anomaly, Record, RootCause, StateBatch
 from mycroft.schemas.vocab import FaultKind
+from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.faust_runtime import (
     Finding,
     JobRouter,
@@ -177,8 +181,6 @@ def _stalling_worker(records, drop_host: str = "") -> list[Finding]:
     clock freezes 1.5 s every 100 records (about 2.5 s of trace: GC, a slow
     sink, a rebalance), then the backlog is read at full speed; evaluations
     run every 0.2 s of wall time."""
-    from mycroft.streams.core.engine import Analyzer
-
     slot = JobSlot("j", 0, Analyzer("j"))
     t0 = records[0][0]
     wall, next_eval, found = 0.0, 0.0, []
@@ -197,10 +199,6 @@ def _stalling_worker(records, drop_host: str = "") -> list[Finding]:
 def test_worker_stalls_are_not_silence_of_the_job() -> None:
     """A worker that falls behind reads every host late but in order: no host
     is lost. A host that really stops is still found by the same worker."""
-    from mycroft.producers.sim.config import SimConfig
-    from mycroft.producers.sim.engine import simulate
-    from mycroft.producers.tracefile import ListWriter
-
     out = ListWriter()
     simulate(SimConfig(tp=4, pp=2, dp=2, duration_s=10.0, seed=3), [], out)
     healthy = _stalling_worker(out.records)
@@ -217,11 +215,6 @@ def test_snapshot_leaves_out_flow_history_and_old_collectives() -> None:
     """A snapshot keeps what a restored engine cannot relearn (slots,
     baselines, partial completions, the incident) and leaves out the flow
     history and the collectives no root cause will read again."""
-    from mycroft.producers.sim.config import SimConfig
-    from mycroft.producers.sim.engine import simulate
-    from mycroft.producers.tracefile import ListWriter
-    from mycroft.streams.core.engine import Analyzer
-
     out = ListWriter()
     simulate(SimConfig(tp=4, pp=2, dp=2, duration_s=6.0, seed=3), [], out)
     slot = JobSlot("j", 0, Analyzer("j"))
