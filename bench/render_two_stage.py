@@ -3,8 +3,7 @@
 ``two_stage.json`` comes from ``bench/two_stage.py``, ``two_stage_accuracy.json``
 from ``bench/two_stage_accuracy.py``.
 
-``bench/report.py`` picks it up with ``RENDERERS.update(TWO_STAGE_RENDERERS)``;
-until then it prints the JSON as is.
+``bench/report.py`` merges these renderers into its own.
 """
 
 from __future__ import annotations

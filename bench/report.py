@@ -12,6 +12,7 @@ from typing import Any
 
 from render_perf import RENDERERS as PERF_RENDERERS
 from render_torch import RENDERERS as TORCH_RENDERERS
+from render_two_stage import RENDERERS as TWO_STAGE_RENDERERS
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -137,6 +138,7 @@ RENDERERS = {
 
 RENDERERS.update(PERF_RENDERERS)
 RENDERERS.update(TORCH_RENDERERS)
+RENDERERS.update(TWO_STAGE_RENDERERS)
 
 
 def _generic(r: dict[str, Any]) -> list[str]:
