@@ -3,7 +3,9 @@ in-process (the ``mycroft analyze`` code path), scored against the truth
 outside the analyzer (``bench/campaign/score.py``).
 
 Writes ``bench/results/campaign_offline.json`` (per-run rows and per-fault
-aggregates per job size) and ``bench/results/campaign_offline_cdf.png``.
+aggregates per job size) and ``bench/results/campaign_offline_cdf.png``, or
+``--out PATH`` and the figure next to it (experiments that must not touch the
+published results).
 Each ``--size`` part is merged into the existing JSON, so 64 and 1,024 ranks
 can be run separately. Usage::
 
@@ -98,7 +100,7 @@ def timing(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def plot(doc: dict[str, Any]) -> None:
+def plot(doc: dict[str, Any], png: Path = PNG) -> None:
     """Detection and RCA latency CDFs, hang vs slowdown, every size."""
     import matplotlib  # noqa: PLC0415 - optional, only for the figure
 
@@ -131,7 +133,7 @@ def plot(doc: dict[str, Any]) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(PNG, dpi=110)
+    fig.savefig(png, dpi=110)
 
 
 def main() -> int:
@@ -145,7 +147,16 @@ def main() -> int:
     ap.add_argument("--healthy-duration", type=float, default=60.0)
     ap.add_argument("--faults", default="all", help="comma list or 'all'")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=OUT,
+        help="JSON to merge into (the figure goes next to it, .png); "
+        "default bench/results/campaign_offline.json",
+    )
     args = ap.parse_args()
+    out: Path = args.out
+    png = PNG if out == OUT else out.with_suffix(".png")
     tp, pp, dp = SHAPES[args.size]
     faults = list(ALL_FAULTS) if args.faults == "all" else args.faults.split(",")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
@@ -171,7 +182,7 @@ def main() -> int:
                 f"wall={row['wall_s']:.1f}s",
                 flush=True,
             )
-    doc: dict[str, Any] = json.loads(OUT.read_text()) if OUT.exists() else {"sizes": {}}
+    doc: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"sizes": {}}
     doc["machine"] = {
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -187,9 +198,9 @@ def main() -> int:
         "timing": timing(rows),
         "runs": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    plot(doc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    plot(doc, png)
     print(json.dumps(doc["sizes"][str(args.size)]["per_fault"], indent=1))
     return 0
 

@@ -35,6 +35,9 @@ class DetectorConfig:
         severe_extra_s: One sample this far above the median fires at once...
         severe_ratio: ...when it is also this many times the median.
         late_floor_s: Smallest late arrival (issue skew) worth reporting.
+        gap_floor_chunks: Smallest excess of a flow's counter gap (G-T or T-D,
+            chunks) over its role's baseline worth reporting: counters move in
+            whole chunks, so a one-chunk gap is granularity.
         history_s: Seconds of flow snapshots kept per host for RCA.
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.

@@ -5,7 +5,8 @@
 * silence: a host whose batches stop, or a rank whose rows vanish or whose
   ``seen_ns`` goes stale while its host still reports, and peers wait on it.
 * slowdown: a completed collective leaves the robust band of its baseline
-  (transfer time, per-rank late arrival; a severe span).
+  (transfer time, per-rank late arrival; a severe span), or its send flows to
+  other hosts keep a transmitted-not-done lag (T-D) above their role's.
 * mismatch: members disagree on op kind or size at one ``(comm, seq)``.
 """
 
@@ -16,8 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
-from mycroft.schemas.vocab import OP_NAMES, FaultKind
-from mycroft.streams.core.baseline import BaselineBook, Verdict, size_bucket
+from mycroft.schemas.vocab import OP_NAMES, SEND, FaultKind
+from mycroft.streams.core.baseline import (
+    BaselineBook,
+    RobustBaseline,
+    Verdict,
+    size_bucket,
+)
 from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
@@ -258,7 +264,110 @@ def observe_collective(
             )
     if not fired:
         book.get((stat.comm, "span_any")).observe(float(stat.queued_span_ns), cfg, 1e18)
-    return fired
+    return fired + _observe_flow_lag(ctx, stat, now_ns)
+
+
+GAP_CLOCK_SLACK_NS = 100_000_000
+"""Snapshots this much older than an op's first issue are not searched for it
+(host clocks differ by milliseconds)."""
+
+
+def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline:
+    """Return the pooled baseline of one counter gap (``"gt"`` = G-T or
+    ``"td"`` = T-D, chunks) over every cross-host send flow of ``comm``'s role.
+
+    Flows of one kind of communicator share a healthy gap (pipelining depth,
+    wire latency times rate); pooling them warms the baseline within a few
+    ops, and out-of-band samples are not learned.
+    """
+    info = ctx.topo.comms.get(comm)
+    return ctx.book.get(("flow", info.role if info else "other", gap))
+
+
+def op_flow_gaps(
+    ctx: DetectContext, stat: CollectiveStat
+) -> dict[int, tuple[float, float]]:
+    """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
+    send flows to other hosts, from the snapshots taken while it ran.
+
+    Only snapshots of a started flow count (something ready, not all done):
+    before its first chunk and after its last, every gap is zero.
+    Ops of one host, and ops no snapshot caught in flight, give nothing.
+    """
+    topo = ctx.topo
+    hosts = {topo.host_of(r) for r in stat.ranks.tolist()}
+    if len(hosts) < 2 or "" in hosts:
+        return {}
+    cutoff = int(stat.issue_ns.min()) - GAP_CLOCK_SLACK_NS
+    parts = []
+    for name in hosts:
+        hs = ctx.store.hosts.get(name)
+        for snap in reversed(hs.history if hs is not None else ()):
+            if int(snap["tick_ns"][0]) < cutoff:
+                break
+            m = (snap["comm"] == stat.comm) & (snap["seq"] == stat.seq)
+            if m.any():
+                parts.append(snap[m])
+    if not parts:
+        return {}
+    rows = np.concatenate(parts)
+    rows = rows[
+        (rows["dir"] == SEND) & (rows["gpu_ready"] > 0) & (rows["done"] < rows["total"])
+    ]
+    out: dict[int, tuple[float, float]] = {}
+    for rank in np.unique(rows["rank"]).tolist():
+        f = rows[rows["rank"] == rank]
+        away = np.array(
+            [topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]
+        )
+        f = f[away]
+        if len(f):
+            gt = np.median(f["gpu_ready"] - f["transmitted"])
+            td = np.median(f["transmitted"] - f["done"])
+            out[rank] = (float(gt), float(td))
+    return out
+
+
+def _observe_flow_lag(
+    ctx: DetectContext, stat: CollectiveStat, now_ns: int
+) -> list[Anomaly]:
+    """Learn the role's G-T and T-D baselines from one op; return a slowdown
+    per rank whose cross-host sends keep a T-D lag above the role's.
+
+    Transmitted-not-done growing while G-T stays small is the network (or the
+    far side) acknowledging late: congestion that may barely stretch an op.
+    Persistence is per (comm, rank): 3 of its last 5 caught ops out of band.
+    """
+    cfg = ctx.cfg
+    out: list[Anomaly] = []
+    for rank, (gt, td) in sorted(op_flow_gaps(ctx, stat).items()):
+        role_gap_baseline(ctx, stat.comm, "gt").observe(gt, cfg, cfg.gap_floor_chunks)
+        pool = role_gap_baseline(ctx, stat.comm, "td")
+        verdict = pool.observe(td, cfg, cfg.gap_floor_chunks)
+        # The pooled baseline judges; the per-rank record only keeps verdicts.
+        track = ctx.book.get((stat.comm, rank, "td"))
+        track.recent.append(verdict in (Verdict.HIGH, Verdict.SEVERE))
+        while len(track.recent) > cfg.slow_of:
+            track.recent.popleft()
+        if track.recent[-1] and track.persistent(cfg):
+            med = pool.stats()[0]
+            out.append(
+                _anomaly(
+                    ctx,
+                    "slow_td",
+                    f"{stat.comm:x}:{stat.seq}:td{rank}",
+                    FaultKind.SLOWDOWN,
+                    (stat.comm,),
+                    (rank,),
+                    int(stat.issue_ns.min()),
+                    now_ns,
+                    f"seq {stat.seq} on comm {stat.comm:x}: rank {rank}'s sends to "
+                    f"other hosts keep {td:.1f} chunks transmitted-not-done "
+                    f"(role baseline {med:.1f})",
+                    score=td / max(pool.threshold(cfg, cfg.gap_floor_chunks), 1.0),
+                )
+            )
+    return out
 
 
 def _slow_anomaly(  # noqa: PLR0917 - private helper of one module

@@ -2,14 +2,20 @@
 
 Per rank, against its own healthy baseline and its peers in the same window:
 
-| evidence                                                   | component |
-|------------------------------------------------------------|-----------|
-| send flows keep a ready-not-sent gap (G>T), low T rate     | nic       |
-| T frozen while G advances in a few long (>= 0.3 s) episodes| proxy     |
-| transmitted-not-done lag (T>D) above peers                 | network   |
-| issues ops late (late arrival) and finishes last           | gpu       |
-| every rank of one host arrives late                        | gpu       |
-| issues on time, gpu_ready lags peers, finishes last        | pcie      |
+| evidence                                                      | component |
+|---------------------------------------------------------------|-----------|
+| cross-host flows keep T-D (sent, not acked), one host on most | network   |
+| G-T (ready, not sent) spread over >= 3 NICs, none on half     | network   |
+| G-T on flows through one NIC, some sent by it                 | nic       |
+| ... its flows' T froze in 1-2 long (>= 0.3 s) episodes        | proxy     |
+| ... all sent by one GPU, its NIC mate sending normally        | proxy     |
+| G-T only on flows into one GPU, from >= 2 NICs                | pcie      |
+| issues ops late (late arrival) and finishes last              | gpu       |
+| every rank of one host arrives late                           | gpu       |
+| issues on time, gpu_ready lags peers, finishes last           | pcie      |
+
+Link gaps are judged in chunks against the role's pooled healthy baseline
+(learned by the ``slow_td`` detector); each flagged flow counts at both ends.
 
 A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank: this follows a slowdown across groups to its origin.
@@ -17,7 +23,8 @@ that group's late rank: this follows a slowdown across groups to its origin.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -27,7 +34,7 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import SEND, Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat
-from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect import DetectContext, role_gap_baseline
 from mycroft.streams.core.rca_hang import Suspect, _rank
 
 K = TypeVar("K")
@@ -35,18 +42,25 @@ K = TypeVar("K")
 
 @dataclass(frozen=True)
 class FlowFeatures:
-    """Per-flow statistics over the window (fractions of the flow's total)."""
+    """Per-flow statistics over the window.
+
+    ``ready`` is the mean over every snapshot, as a fraction of the flow's
+    total; ``gt_chunks`` and ``td_chunks`` are the worst op's mean gap in
+    chunks over the snapshots where the flow had started (something ready,
+    not all done); ``started``: there was one.
+    """
 
     rank: int
     peer: int
     channel: int
     comm: int
     total: float
-    gt_gap: float
-    td_gap: float
     ready: float
     episodes: int
     longest_freeze_ns: int
+    gt_chunks: float = 0.0
+    td_chunks: float = 0.0
+    started: bool = False
 
 
 def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
@@ -73,6 +87,7 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
         f = send[bounds[i] : bounds[i + 1]]
         tot = np.maximum(f["total"], 1).astype(np.float64)
         eps, longest = _freezes(f)
+        run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
         out.append(
             FlowFeatures(
                 rank,
@@ -80,14 +95,27 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
                 ch,
                 int(np.int64(comm).view(np.uint64)),
                 total=float(np.median(tot)),
-                gt_gap=float(np.mean((f["gpu_ready"] - f["transmitted"]) / tot)),
-                td_gap=float(np.mean((f["transmitted"] - f["done"]) / tot)),
                 ready=float(np.mean(f["gpu_ready"] / tot)),
                 episodes=eps,
                 longest_freeze_ns=longest,
+                gt_chunks=_worst_op(run, run["gpu_ready"] - run["transmitted"]),
+                td_chunks=_worst_op(run, run["transmitted"] - run["done"]),
+                started=bool(len(run)),
             )
         )
     return out
+
+
+def _worst_op(run: np.ndarray, gap: np.ndarray) -> float:
+    """Largest per-op mean of ``gap`` over one flow's snapshots: a link that
+    fails now and then (a flap) hits some ops only, which a mean over the
+    whole window would dilute."""
+    if not len(run):
+        return 0.0
+    _, inv = np.unique(run["seq"], return_inverse=True)
+    inv = inv.ravel()
+    means = np.bincount(inv, weights=gap.astype(np.float64)) / np.bincount(inv)
+    return float(means.max())
 
 
 def _freezes(f: np.ndarray) -> tuple[int, int]:
@@ -172,7 +200,7 @@ def explain_slowdown(
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
     flows = _flow_features(ctx.store.flow_history(since_ns))
-    _score_flows(ctx, suspects, flows)
+    _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     late, end_lag, early, worst = _late_scores(ctx, stats)
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
@@ -244,42 +272,271 @@ def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
             suspects[rep].reasons.extend(sus.reasons[:1])
 
 
-def _score_flows(
-    ctx: DetectContext, suspects: dict[int, Suspect], flows: list[FlowFeatures]
-) -> None:
-    # Flows are only comparable with flows of the same kind of communicator
-    # (a PP send of a whole activation keeps a different G-T gap than a DP
-    # ring step), so outliers are taken per communicator role.
-    roles: dict[str, list[int]] = {}
+LinkFlag = tuple[FlowFeatures, float]
+"""A cross-host send flow whose counter gap left its role's band, and by how
+many chunks (value minus the role's median)."""
+
+
+def _flag_gaps(
+    ctx: DetectContext, flows: list[FlowFeatures], gap: str
+) -> list[LinkFlag]:
+    """Return the cross-host flows whose ``gap`` (``"gt"`` = G-T, ``"td"`` =
+    T-D; worst op's mean, chunks) is out of their role's band.
+
+    The band is the role's pooled healthy baseline (learned by the detector
+    from completed ops) when warm, else the role's peers in this window.
+    """
+    cfg, topo = ctx.cfg, ctx.topo
+    floor = cfg.gap_floor_chunks
+    by_comm: dict[int, list[int]] = {}
     for i, f in enumerate(flows):
-        info = ctx.topo.comms.get(f.comm)
-        roles.setdefault(info.role if info else "other", []).append(i)
-    for comp, attr, floor in (
-        (Component.NIC, "gt_gap", 0.05),
-        (Component.NETWORK, "td_gap", 0.05),
-    ):
-        found: dict[int, float] = {}
-        for idx in roles.values():
-            vals = {i: getattr(flows[i], attr) for i in idx}
-            # Counters move in whole chunks: a gap of a chunk or two is
-            # granularity, not a symptom (2 chunks of the role's median flow).
-            chunks = 2.0 / max(float(np.median([flows[i].total for i in idx])), 1.0)
-            found.update(_outliers(vals, max(floor, chunks)))
-        for i, excess in found.items():
-            f = flows[i]
-            kind = comp
-            if comp is Component.NIC and f.episodes and f.episodes <= 2:
-                kind = Component.PROXY
-            sus = suspects.setdefault(f.rank, Suspect(f.rank))
-            prev = sus.scores.get(kind, 0.0)
-            sus.add(
-                kind,
-                1.0 + 4 * excess,
-                f"flow {f.rank}->{f.peer} ch {f.channel}: "
-                f"{attr} {getattr(f, attr):.0%} vs peers, {f.episodes} freeze(s)",
+        if f.started and topo.host_of(f.rank) != topo.host_of(f.peer):
+            by_comm.setdefault(f.comm, []).append(i)
+    out: list[LinkFlag] = []
+    peers: dict[str, dict[int, float]] = {}
+    for comm, idx in by_comm.items():
+        base = role_gap_baseline(ctx, comm, gap)
+        if len(base.values) < cfg.warmup_samples:
+            info = topo.comms.get(comm)
+            role = peers.setdefault(info.role if info else "other", {})
+            role.update({i: getattr(flows[i], f"{gap}_chunks") for i in idx})
+            continue
+        cut, med = base.threshold(cfg, floor), base.stats()[0]
+        for i in idx:
+            v = getattr(flows[i], f"{gap}_chunks")
+            if v > cut:
+                out.append((flows[i], v - med))
+    for vals in peers.values():
+        out.extend((flows[i], ex) for i, ex in _outliers(vals, floor).items())
+    return out
+
+
+def _weights(
+    flags: list[LinkFlag], key: Callable[[int], K]
+) -> dict[K, tuple[int, int, float]]:
+    """Per ``key`` of either end of the flagged flows: how many touch it, how
+    many of those it sends, and their summed excess."""
+    out: dict[K, tuple[int, int, float]] = {}
+    for f, ex in flags:
+        src = key(f.rank)
+        for k in {src, key(f.peer)}:
+            n, sent, w = out.get(k, (0, 0, 0.0))
+            out[k] = (n + 1, sent + (k == src), w + ex)
+    return out
+
+
+def _link_score(n: int) -> float:
+    """Score of a link verdict that explains ``n`` flagged flows: more flows,
+    more confidence (a revision needs a more confident answer)."""
+    return 2.0 + 2.0 * math.log2(1 + n)
+
+
+def _blame_flow(
+    suspects: dict[int, Suspect],
+    flags: list[LinkFlag],
+    flows: list[FlowFeatures],
+    ranks: Sequence[int],
+    *,
+    comp: Component,
+    score: float,
+    why: str,
+) -> None:
+    """Name ``comp`` on the rank of ``ranks`` with the worst flagged send flow
+    (else its worst cross-host send flow), with that flow."""
+    own = [(f, ex) for f, ex in flags if f.rank in ranks]
+    if own:
+        flow = max(own, key=lambda x: (x[1], -x[0].rank))[0]
+    else:
+        mine = [f for f in flows if f.rank in ranks and f.started]
+        if not mine:
+            return
+        flow = max(mine, key=lambda f: (f.gt_chunks + f.td_chunks, -f.rank))
+    if comp is Component.NIC and 0 < flow.episodes <= 2:
+        comp = Component.PROXY
+        why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
+    sus = suspects.setdefault(flow.rank, Suspect(flow.rank))
+    sus.add(comp, score, why)
+    sus.flow = (flow.peer, flow.channel)
+
+
+AMBIGUOUS_END = 0.8
+"""Weight of the far end of flagged flows when it is tied with the sending
+NIC (one NIC pair or one sender-receiver pair): Table 4 reads G>T as the
+sender's NIC first, but only more flows can tell the two ends apart."""
+
+
+def _score_links(
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    flows: list[FlowFeatures],
+) -> None:
+    """G/T/D over cross-host flows, attributed to the part they share.
+
+    * T-D (sent, not acknowledged) out of band: the network path of the host
+      most of those flows touch (congestion on its links);
+    * G-T (ready, not sent) out of band on flows spread over many NICs, none
+      on most of them: the network between them (switch-level congestion),
+      on the host most of them touch;
+    * ... else per NIC touched by the most flagged flows: sending on them,
+      that NIC (proxy if T froze in 1-2 long episodes, or if one GPU sends
+      them all while its NIC mate sends normally); only receiving them
+      into one GPU from several NICs, that GPU's receive path does not drain
+      (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
+      sender-receiver pair) names both ends, the receiving one weaker.
+    """
+    lag = _flag_gaps(ctx, flows, "td")
+    if lag:
+        _blame_hosts(
+            ctx,
+            suspects,
+            lag,
+            flows,
+            lambda host, n: (
+                f"{n} of {len(lag)} cross-host flows with a "
+                f"transmitted-not-done lag (T-D) touch host {host}: its network "
+                "path acknowledges late"
+            ),
+        )
+    backlog = _flag_gaps(ctx, flows, "gt")
+    if backlog:
+        _score_backlog(ctx, suspects, flows, backlog)
+
+
+def _blame_hosts(
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    flags: list[LinkFlag],
+    flows: list[FlowFeatures],
+    why: Callable[[str, int], str],
+) -> None:
+    """Network on the host that most flagged flows touch; a host tied with it
+    (the two ends of the same flows) is named too, weaker."""
+    hosts = _weights(flags, ctx.topo.host_of)
+    most = max(n for n, _, _ in hosts.values())
+    tops = sorted(
+        (h for h, (n, _, _) in hosts.items() if n == most),
+        key=lambda h: (-hosts[h][1], -hosts[h][2], h),
+    )
+    for i, host in enumerate(tops[:2]):
+        _blame_flow(
+            suspects,
+            flags,
+            flows,
+            ctx.topo.ranks_on_host(host),
+            comp=Component.NETWORK,
+            score=_link_score(len(flags)) * (AMBIGUOUS_END if i else 1.0),
+            why=why(host, most),
+        )
+
+
+def _one_gpu_behind(
+    ctx: DetectContext,
+    out_of: list[LinkFlag],
+    backlog: list[LinkFlag],
+    flows: list[FlowFeatures],
+) -> int | None:
+    """The one GPU whose sends back up while the other GPUs of its NIC send
+    to other hosts without a backlog in the same window, else None.
+
+    A NIC (its rate, its link) is shared by every GPU behind it; the send
+    proxy is per GPU: a backlog on one GPU's sends only is its proxy.
+    """
+    ranks = {f.rank for f, _ in out_of}
+    if len(ranks) != 1:
+        return None
+    rank = next(iter(ranks))
+    mates = set(ctx.topo.ranks_on_nic(rank)) - {rank}
+    flagged = {f.rank for f, _ in backlog}
+    topo = ctx.topo
+    clean = {
+        f.rank
+        for f in flows
+        if f.rank in mates
+        and f.started
+        and f.rank not in flagged
+        and topo.host_of(f.rank) != topo.host_of(f.peer)
+    }
+    return rank if mates and clean == mates else None
+
+
+def _score_backlog(
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    flows: list[FlowFeatures],
+    backlog: list[LinkFlag],
+) -> None:
+    topo = ctx.topo
+    nics = _weights(backlog, topo.nic_key)
+    most = max(n for n, _, _ in nics.values())
+    senders_all = {topo.nic_key(f.rank) for f, _ in backlog}
+    if most < 0.5 * len(backlog) and len(senders_all) >= 3:
+        _blame_hosts(
+            ctx,
+            suspects,
+            backlog,
+            flows,
+            lambda host, n: (
+                f"{len(backlog)} cross-host flows over {len(nics)} "
+                f"NICs keep a ready-not-sent backlog (G-T), {n} touching host "
+                f"{host}: congestion between hosts, not one NIC"
+            ),
+        )
+        return
+    tops = sorted(
+        (k for k, (n, _, _) in nics.items() if n == most),
+        key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
+    )
+    for nic in tops[:2]:
+        on = [
+            (f, ex)
+            for f, ex in backlog
+            if nic in {topo.nic_key(f.rank), topo.nic_key(f.peer)}
+        ]
+        out_of = [(f, ex) for f, ex in on if topo.nic_key(f.rank) == nic]
+        into = {f.peer for f, _ in on if topo.nic_key(f.rank) != nic}
+        senders = {topo.nic_key(f.rank) for f, _ in on}
+        tied = len(tops) > 1
+        score = _link_score(most)
+        if out_of:
+            alone = _one_gpu_behind(ctx, out_of, backlog, flows)
+            _blame_flow(
+                suspects,
+                out_of,
+                flows,
+                topo.ranks_on_nic(out_of[0][0].rank),
+                comp=Component.PROXY if alone else Component.NIC,
+                score=score,
+                why=f"{most} of {len(backlog)} cross-host flows with a "
+                f"ready-not-sent backlog (G-T) go through NIC {nic[1]} of "
+                f"{nic[0]}, {len(out_of)} sent by it"
+                + (
+                    f", all by rank {alone} while its NIC mate sends normally: "
+                    "that GPU's send proxy"
+                    if alone
+                    else ""
+                ),
             )
-            if sus.flow is None or 1.0 + 4 * excess > prev:
-                sus.flow = (f.peer, f.channel)
+        elif len(into) == 1:
+            rank = next(iter(into))
+            suspects.setdefault(rank, Suspect(rank)).add(
+                Component.PCIE,
+                score * (AMBIGUOUS_END if tied or len(senders) < 2 else 1.0),
+                f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
+                "a ready-not-sent backlog (G-T) while its NIC mate receives "
+                "normally: its receive path (PCIe) does not drain",
+            )
+        else:
+            _blame_flow(
+                suspects,
+                on,
+                flows,
+                sorted(into),
+                comp=Component.NIC,
+                score=score * (AMBIGUOUS_END if tied else 1.0),
+                why=f"{most} cross-host flows into both GPUs of NIC {nic[1]} "
+                f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
+                "not take data in",
+            )
 
 
 def _intra_host_slowdown(

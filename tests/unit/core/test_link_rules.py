@@ -1,0 +1,253 @@
+"""Link rules of the slowdown analysis: G/T/D gaps of cross-host flows.
+
+* the T-D detector fires on a flow lag that persists above its role's
+  baseline, and stays silent on chunk-granularity jitter;
+* lagging (T-D) flows name the network path of the host they all touch;
+* a ready-not-sent backlog (G-T) is attributed to the part its flows share:
+  one sending NIC, one receiving GPU (PCIe), or many NICs (the network);
+* a backlog on one GPU's sends while its NIC mate sends normally is that
+  GPU's proxy (the NIC is shared, the proxy is not);
+* one NIC pair is ambiguous: both ends named, neither certain.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mycroft.schemas.records import Anomaly
+from mycroft.schemas.vocab import SEND, Component
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import (
+    DetectContext,
+    observe_collective,
+    role_gap_baseline,
+)
+from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.rca_hang import Suspect
+from mycroft.streams.core.rca_slow import FlowFeatures, _flow_features, _score_links
+from mycroft.streams.core.topology import CommInfo, JobTopology
+
+MS = 1_000_000
+PER_HOST, HOSTS = 4, 4
+DP = [0x200 + i for i in range(PER_HOST)]  # DP ring i: rank i of every host
+
+
+def _ctx() -> DetectContext:
+    cfg = DetectorConfig()
+    topo = JobTopology()
+    for r in range(PER_HOST * HOSTS):
+        topo.rank_host[r] = f"h{r // PER_HOST}"
+        topo.rank_nic[r] = f"nic{(r % PER_HOST) // 2}"  # 2 GPUs per NIC
+        topo.rank_gpu[r] = f"gpu{r % PER_HOST}"
+    for i, comm in enumerate(DP):
+        ranks = tuple(i + PER_HOST * h for h in range(HOSTS))
+        topo.comms[comm] = CommInfo(comm, f"dp{i}", "dp", ranks)
+    return DetectContext("j", ProgressStore(12_000 * MS), topo, BaselineBook(64), cfg)
+
+
+def _members(comm: int) -> list[int]:
+    return [comm - 0x200 + PER_HOST * h for h in range(HOSTS)]
+
+
+def _run_op(ctx: DetectContext, comm: int, seq: int, td: dict[int, int]) -> list:
+    """One DP ring op: a mid-op snapshot per host, then its completion."""
+    ranks = _members(comm)
+    t0 = (seq + 1) * 1000 * MS
+    for i, r in enumerate(ranks):
+        snap = np.zeros(2, dtype=FLAT_FLOW)
+        snap["tick_ns"] = t0 + 50 * MS
+        snap["rank"], snap["comm"], snap["seq"] = r, comm, seq
+        snap["channel"] = [0, 1]
+        snap["peer"] = ranks[(i + 1) % len(ranks)]
+        snap["dir"] = SEND
+        snap["total"] = 64
+        snap["gpu_ready"] = 21
+        snap["transmitted"] = 20
+        snap["done"] = 20 - td.get(r, seq % 2)  # healthy: 0 or 1 chunk
+        ctx.store.host(f"h{r // PER_HOST}").history.append(snap)
+    n = len(ranks)
+    stat = CollectiveStat(
+        comm=comm,
+        seq=seq,
+        kind=0,
+        nbytes=1 << 30,
+        ranks=np.asarray(ranks, np.int32),
+        issue_ns=np.full(n, t0, np.int64),
+        start_ns=np.full(n, t0, np.int64),
+        end_ns=np.full(n, t0 + 90 * MS, np.int64),
+        prev_issue_ns=np.full(n, -1, np.int64),
+    )
+    return observe_collective(ctx, stat, t0 + 100 * MS)
+
+
+def _td(found: list[Anomaly]) -> list[Anomaly]:
+    return [a for a in found if a.detector == "slow_td"]
+
+
+def test_td_detector_fires_on_a_persistent_lag_only():
+    ctx = _ctx()
+    healthy = [a for seq in range(12) for a in _td(_run_op(ctx, DP[1], seq, {}))]
+    assert not healthy  # one chunk of granularity is not a lag
+    lagged = [_td(_run_op(ctx, DP[1], seq, {5: 4})) for seq in range(12, 16)]
+    assert not lagged[0] and not lagged[1]  # persistence: 3 of the last 5
+    assert [a.ranks for a in lagged[2]] == [(5,)]
+    # The pooled role baseline warmed on the healthy ops and did not learn the lag.
+    assert role_gap_baseline(ctx, DP[1], "td").stats()[0] <= 1.0
+
+
+def test_td_detector_ignores_single_host_ops():
+    ctx = _ctx()
+    ctx.topo.comms[0x100] = CommInfo(0x100, "tp0", "tp", (0, 1, 2, 3))
+    st = CollectiveStat(
+        comm=0x100,
+        seq=0,
+        kind=0,
+        nbytes=1 << 20,
+        ranks=np.arange(4, dtype=np.int32),
+        issue_ns=np.zeros(4, np.int64),
+        start_ns=np.zeros(4, np.int64),
+        end_ns=np.full(4, MS, np.int64),
+        prev_issue_ns=np.full(4, -1, np.int64),
+    )
+    assert not _td(observe_collective(ctx, st, 2 * MS))
+    assert ctx.book.find(("flow", "tp", "td")) is None
+
+
+def _flow(src: int, dst: int, gt: float = 0.0, td: float = 0.0, ch: int = 0):
+    comm = DP[src % PER_HOST]
+    return FlowFeatures(src, dst, ch, comm, 64.0, 0.5, 0, 0, gt, td, started=True)
+
+
+def _healthy_flows() -> list[FlowFeatures]:
+    return [
+        _flow(r, (r + PER_HOST) % (PER_HOST * HOSTS), ch=ch)
+        for r in range(PER_HOST * HOSTS)
+        for ch in range(2)
+    ]
+
+
+def _warm(ctx: DetectContext) -> None:
+    for comm in DP:
+        for gap in ("gt", "td"):
+            base = role_gap_baseline(ctx, comm, gap)
+            for v in (0.0, 0.2, 0.0, 0.4, 0.0, 0.1, 0.0, 0.3):
+                base.observe(v, ctx.cfg, ctx.cfg.gap_floor_chunks)
+
+
+def _with(flows: list[FlowFeatures], bad: dict[tuple[int, int], tuple[float, float]]):
+    out = []
+    for f in flows:
+        gt, td = bad.get((f.rank, f.peer), (0.0, 0.0))
+        out.append(_flow(f.rank, f.peer, gt, td, f.channel))
+    return out
+
+
+def _best(suspects: dict[int, Suspect]) -> tuple[int, Component, float]:
+    total = sum(s.best[1] for s in suspects.values())
+    sus = max(suspects.values(), key=lambda s: s.best[1])
+    return sus.rank, sus.best[0], sus.best[1] / total
+
+
+def test_healthy_flows_name_nobody():
+    ctx = _ctx()
+    _warm(ctx)
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _healthy_flows())
+    assert not suspects
+
+
+def test_lagging_flows_name_the_host_they_all_touch():
+    ctx = _ctx()
+    _warm(ctx)
+    # Host 1 (ranks 4..7): its sends and the sends into it acknowledge late.
+    bad = {(r, r + 4): (0.0, 3.0) for r in range(4, 8)}
+    bad |= {(r, r + 4): (0.0, 3.0) for r in range(4)}
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, _ = _best(suspects)
+    assert comp is Component.NETWORK and rank // PER_HOST == 1
+    peer, _ = suspects[rank].flow or (None, None)
+    assert peer is not None and peer // PER_HOST != 1
+
+
+def test_backlog_from_one_nic_both_ways_is_that_nic():
+    ctx = _ctx()
+    _warm(ctx)
+    # NIC 0 of host 1 (ranks 4, 5) flaps: flows out of it and into it stall.
+    bad = {(4, 8): (5.0, 0.0), (5, 9): (5.0, 0.0), (0, 4): (5.0, 0.0)}
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, _ = _best(suspects)
+    assert (comp, rank in (4, 5)) == (Component.NIC, True)
+    assert suspects[rank].flow is not None and suspects[rank].flow[0] in (8, 9)
+
+
+def test_backlog_into_one_gpu_from_several_nics_is_its_pcie():
+    ctx = _ctx()
+    _warm(ctx)
+    # Rank 6 drains slowly: its senders (on hosts 0 and 3) pile up at G-T.
+    bad = {(2, 6): (4.0, 0.0), (14, 6): (4.0, 0.0)}
+    flows = _with(_healthy_flows(), bad) + [_flow(14, 6, 4.0, 0.0, ch=1)]
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, flows)
+    assert _best(suspects)[:2] == (6, Component.PCIE)
+
+
+def test_backlog_over_many_nics_is_the_network():
+    ctx = _ctx()
+    _warm(ctx)
+    # Congestion between hosts 0-1 and 2-3: every flow crossing it backs up.
+    bad = {(r, r + 4): (4.0, 0.0) for r in range(4, 8)}
+    bad |= {(r, r - 12): (4.0, 0.0) for r in range(12, 16)}
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, _ = _best(suspects)
+    assert comp is Component.NETWORK
+    assert suspects[rank].flow is not None
+
+
+def test_one_nic_pair_is_ambiguous():
+    ctx = _ctx()
+    _warm(ctx)
+    # Both GPUs of NIC 0 on host 1 send to both GPUs of NIC 0 on host 2 and
+    # nothing else backs up: the sending NIC (Table 4) or the receiving one.
+    bad = {(4, 8): (4.0, 0.0), (5, 9): (4.0, 0.0)}
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, conf = _best(suspects)
+    assert (rank in (4, 5), comp) == (True, Component.NIC)  # the sender first
+    far = [s for r, s in suspects.items() if r in (8, 9)]
+    assert far and far[0].best[0] is Component.NIC
+    assert conf < 0.6  # more flows must be able to revise it
+
+
+def test_backlog_on_one_gpu_of_a_shared_nic_is_its_proxy():
+    ctx = _ctx()
+    _warm(ctx)
+    # Rank 4's sends back up; rank 5, behind the same NIC, sends normally.
+    bad = {(4, 8): (4.0, 0.0)}
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, _ = _best(suspects)
+    assert (rank, comp) == (4, Component.PROXY)
+    assert suspects[4].flow == (8, 0)
+    assert suspects[8].best[0] is Component.PCIE  # the far end, weaker
+
+
+def test_flow_gap_is_the_worst_op_not_the_window_mean():
+    """A flapping link stalls some ops only: the flow's gap is its worst op's."""
+    rows = np.zeros(12, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.arange(12) * 100 * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["seq"] = np.arange(12) // 2  # 6 ops, 2 snapshots each
+    rows["total"], rows["gpu_ready"], rows["transmitted"] = 64, 20, 20
+    rows["done"] = 20
+    rows["transmitted"][4:6] = 12  # op 2 stalled: 8 chunks ready, not sent
+    (f,) = _flow_features(rows)
+    assert f.started and f.gt_chunks == 8.0 and f.td_chunks == 0.0
+    # Snapshots before the first chunk or after the last do not count.
+    rows["gpu_ready"], rows["transmitted"], rows["done"] = 0, 0, 0
+    (f,) = _flow_features(rows)
+    assert not f.started and f.gt_chunks == 0.0
