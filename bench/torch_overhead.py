@@ -125,10 +125,10 @@ def _projected(micro: dict[str, float], s_per_iter: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Alternate the runs and write the result."""
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--runs", type=int, default=3, help="4-rank runs")
+    ap.add_argument("--runs", type=int, default=8, help="4-rank runs")
     ap.add_argument("--micro-only", action="store_true", help="only the per-call cost")
-    ap.add_argument("--iters", type=int, default=480, help="iterations per run")
-    ap.add_argument("--block", type=int, default=10, help="iterations per block")
+    ap.add_argument("--iters", type=int, default=1280, help="iterations per run")
+    ap.add_argument("--block", type=int, default=20, help="iterations per block")
     ap.add_argument("--width", type=int, default=256, help="MLP width")
     ap.add_argument(
         "--out", type=Path, default=ROOT / "bench/results/torch_overhead.json"

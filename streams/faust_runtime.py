@@ -6,6 +6,7 @@ calls these, so they are tested without a broker or an event loop.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,7 +27,8 @@ from mycroft.schemas.records import (
 )
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
-SNAPSHOT_VERSION = 1
+log = logging.getLogger(__name__)
+SNAPSHOT_VERSION = 2
 MAX_ANOMALY_IDS = 2048
 
 
@@ -147,9 +149,20 @@ class JobRouter:
         self.loaded.add(partition)
         n = 0
         for job_id, blob in blobs:
-            if job_id not in self.slots:
+            if job_id in self.slots:
+                continue
+            try:
                 self.slots[job_id] = load_slot(blob, partition, wall_s)
-                n += 1
+            except (
+                ValueError,
+                AttributeError,
+                TypeError,
+                pickle.UnpicklingError,
+            ) as exc:
+                # A snapshot of another release: the job starts afresh.
+                log.warning("snapshot of job %s not restored (%s)", job_id, exc)
+                continue
+            n += 1
         return n
 
     def evict_idle(self, partition: int, wall_s: float, idle_s: float) -> list[str]:

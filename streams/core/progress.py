@@ -64,14 +64,20 @@ _OP_PLUS = np.dtype(
 """An in-flight op row plus ``prog_ns``: its last progress of any kind."""
 
 
+BEAT_AHEAD_NS = 10_000_000_000
+"""How far a host's heartbeats may run ahead of its state batches before
+they count as its position (a worker behind on the state topic), ns."""
+
+
 @dataclass
 class HostState:
     """What one host last said, and when it said it."""
 
     index: int
     name: str
-    last_tick_ns: int = 0
+    last_tick_ns: int = 0  # newest state batch (the host's position in its stream)
     last_now_ns: int = 0
+    beat_tick_ns: int = 0  # newest heartbeat, host clock
     gap_ns: float = 0.0
     batches: int = 0
     ops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_OP_PLUS))
@@ -227,10 +233,19 @@ class ProgressStore:
         hs.last_now_ns = max(hs.last_now_ns, now_ns)
 
     def touch(self, host: str, tick_ns: int, now_ns: int) -> None:
-        """Record that ``host`` is alive (heartbeat or completion batch)."""
+        """Record that ``host`` is alive (heartbeat).
+
+        A heartbeat does not move the host's state position: heartbeats come
+        on their own topic, which a worker may read seconds ahead of a backlog
+        of state batches, and a position taken from them made rows look
+        vanished, comms look stalled and fresh batches look stale. It only
+        ages the host's slots once state batches stopped for
+        ``BEAT_AHEAD_NS`` while the host still beats (see
+        :meth:`host_tick_of_slots`).
+        """
         hs = self.host(host)
         hs.last_now_ns = max(hs.last_now_ns, now_ns)
-        hs.last_tick_ns = max(hs.last_tick_ns, tick_ns)
+        hs.beat_tick_ns = max(hs.beat_tick_ns, tick_ns)
 
     def ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
         """Mark the sending host alive; op rows are handled by the tracker."""
@@ -257,7 +272,13 @@ class ProgressStore:
 
     def host_tick_of_slots(self) -> np.ndarray:
         """Return, per slot, the latest tick of the slot's host (ns, host clock)."""
-        ticks = np.array([h.last_tick_ns for h in self.hosts.values()], dtype=np.int64)
+        ticks = np.array(
+            [
+                max(h.last_tick_ns, h.beat_tick_ns - BEAT_AHEAD_NS)
+                for h in self.hosts.values()
+            ],
+            dtype=np.int64,
+        )
         if not len(ticks):
             return np.zeros(len(self.slots), dtype=np.int64)
         out: np.ndarray = ticks[self.slots["host"]]

@@ -19,15 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(110)]
 
 CASES = [
     "stall",
-    pytest.param(
-        "straggler",
-        marks=pytest.mark.xfail(
-            strict=False,
-            reason="flaky, about 1 run in 3: on some dump sets the slowdown root "
-            "cause names nobody although rank 2 arrives last in every world "
-            "all-reduce (the late-arrival score cancels out; open on issue 6)",
-        ),
-    ),
+    "straggler",
     "crash",
     "mismatch",
     "order",

@@ -24,16 +24,11 @@ def worker(
     yield from live.worker(kafka_bootstrap, tmp_path_factory.mktemp("torch-timing"))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="flaky since the whole-host and per-group lateness rules: on gloo "
-    "(no flow counters) the slowdown root cause sometimes names nobody or the "
-    "wrong rank although rank 2 arrives 0.4 s late in every world all-reduce; "
-    "open on issue 6",
-)
 def test_live_straggler(worker: StreamSettings, tmp_path: Path) -> None:
     rank, _component, kind = harness.EXPECTED["straggler"]
-    found = live.run_live(worker, "straggler", tmp_path)
+    # The slowdown is named a few ops after onset; on a loaded machine the
+    # worker may lag the job by several seconds, hence the long wait.
+    found = live.run_live(worker, "straggler", tmp_path, timeout_s=75)
     assert any(live.named(r, rank, kind) for r in found), (
         f"root causes {live.summary(found)}\n{harness.logs(tmp_path / 'logs')}"
     )

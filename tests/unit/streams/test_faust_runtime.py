@@ -9,8 +9,9 @@ import pytest
 
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.tracefile import ListWriter
-from mycroft.schemas.records import Anomaly, Record, RootCause, StateBatch
+from mycroft.schemas.records import Anomaly, Heartbeat, Record, RootCause, StateBatch
 from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.faust_runtime import (
@@ -234,3 +235,35 @@ def test_snapshot_leaves_out_flow_history_and_old_collectives() -> None:
     restored = back.ctx.book.find(key)
     assert restored is not None
     assert restored.stats() == engine.ctx.book.get(key).stats()
+
+
+def _beats_ahead(fault: str) -> list[Finding]:
+    """A worker that reads the heartbeat topic 3 s ahead of the state and
+    completion topics (separate fetch positions, a backlog on the big ones)."""
+    out = ListWriter()
+    faults = [parse_spec(fault)] if fault else []
+    simulate(SimConfig(tp=4, pp=2, dp=2, duration_s=14.0, seed=2), faults, out)
+    ahead = sorted(
+        out.records,
+        key=lambda r: r[0] - (3_000_000_000 if isinstance(r[1], Heartbeat) else 0),
+    )
+    slot = JobSlot("j", 0, Analyzer("j"))
+    t0, found, next_eval = ahead[0][0], [], 0.0
+    for ts, rec in ahead:
+        wall = (ts - t0) / 1e9
+        slot.ingest(rec, wall)
+        while next_eval <= wall:
+            found += slot.engine.evaluate(slot.now_ns(wall))
+            next_eval += 0.2
+    return found
+
+
+def test_heartbeats_read_ahead_of_state_do_not_age_the_hosts() -> None:
+    """Heartbeats come on their own topic: read ahead of the state backlog
+    they must not make rows look vanished, comms stalled or batches stale."""
+    assert [f for f in _beats_ahead("") if isinstance(f, Anomaly)] == []
+    causes = [
+        f for f in _beats_ahead("gpu-hang:rank=5,at=6") if isinstance(f, RootCause)
+    ]
+    assert causes and causes[-1].culprits[0].rank == 5
+    assert causes[-1].culprits[0].component.value == "gpu"
