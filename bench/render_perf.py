@@ -122,20 +122,14 @@ RENDERERS: dict[str, Renderer] = {
 }
 
 
-def _live_campaign(r: dict[str, Any]) -> list[str]:
+def fault_table(per_fault: dict[str, dict[str, Any]]) -> list[str]:
+    """The per-fault campaign table (live and offline campaigns alike)."""
     rows = [
-        f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
-        f"{r['duration_s']:g} simulated s per run published live (wall-clock "
-        f"pace) into a real broker, {r['concurrency']} jobs at a time, "
-        f"{r['workers']} Faust workers; whole campaign {r['wall_s']} s. "
-        "Latencies are broker timestamps of "
-        "the anomaly / root-cause records minus the injected onset (seconds).",
-        "",
         "| fault | n | detected | det p50 / p90 / max | RCA after det p50 / p90 / max "
         "| rank | component | flow | false RC |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for fault, a in r["per_fault"].items():
+    for fault, a in per_fault.items():
         if fault == "healthy":
             continue
         rows.append(
@@ -147,6 +141,20 @@ def _live_campaign(r: dict[str, Any]) -> list[str]:
             f"{_pct(a['component_accuracy'])} | {_pct(a['flow_accuracy'])} | "
             f"{a['false_root_causes']} |"
         )
+    return rows
+
+
+def _live_campaign(r: dict[str, Any]) -> list[str]:
+    rows = [
+        f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
+        f"{r['duration_s']:g} simulated s per run published live (wall-clock "
+        f"pace) into a real broker, {r['concurrency']} jobs at a time, "
+        f"{r['workers']} Faust workers; whole campaign {r['wall_s']} s. "
+        "Latencies are broker timestamps of "
+        "the anomaly / root-cause records minus the injected onset (seconds).",
+        "",
+        *fault_table(r["per_fault"]),
+    ]
     h = r["per_fault"].get("healthy")
     if h:
         rows += ["", f"Healthy: {h['n']} runs, {h['simulated_minutes']} simulated "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from render_perf import RENDERERS as PERF_RENDERERS
+from render_perf import fault_table
 from render_torch import RENDERERS as TORCH_RENDERERS
 from render_two_stage import RENDERERS as TWO_STAGE_RENDERERS
 
@@ -55,12 +56,6 @@ _PAPER = (
 )
 
 
-def _fmt(v: Any, pct: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{100 * v:.0f} %" if pct else f"{v:g}"
-
-
 def _campaign(r: dict[str, Any]) -> list[str]:
     lines = [
         "Every fault type x seeds, simulated and analyzed in-process (the "
@@ -83,24 +78,8 @@ def _campaign(r: dict[str, Any]) -> list[str]:
             f"{part['seeds_per_fault']} seed(s) per fault, "
             f"{part['duration_s']:g} s per run",
             "",
-            "| fault | n | detected | det p50 / p90 / max | RCA after det "
-            "p50 / p90 / max | rank | component | flow | false RC |",
-            "|---|---|---|---|---|---|---|---|---|",
+            *fault_table(part["per_fault"]),
         ]
-        for fault, a in part["per_fault"].items():
-            if fault == "healthy":
-                continue
-            lines.append(
-                f"| {fault} | {a['n']} | {_fmt(a['detection_rate'], True)} | "
-                f"{_fmt(a['detection_p50_s'])} / {_fmt(a['detection_p90_s'])} / "
-                f"{_fmt(a['detection_max_s'])} | "
-                f"{_fmt(a['rca_after_detection_p50_s'])} / "
-                f"{_fmt(a['rca_after_detection_p90_s'])} / "
-                f"{_fmt(a['rca_after_detection_max_s'])} | "
-                f"{_fmt(a['rank_accuracy'], True)} | "
-                f"{_fmt(a['component_accuracy'], True)} | "
-                f"{_fmt(a['flow_accuracy'], True)} | {a['false_root_causes']} |"
-            )
         h = part["per_fault"].get("healthy")
         if h:
             lines += [
