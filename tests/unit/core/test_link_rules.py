@@ -16,35 +16,29 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import SEND, Component
-from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat
-from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import (
     DetectContext,
     observe_collective,
     role_gap_baseline,
 )
-from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.progress import FLAT_FLOW
 from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_slow import FlowFeatures, _flow_features, _score_links
-from mycroft.streams.core.topology import CommInfo, JobTopology
+from mycroft.streams.core.topology import CommInfo
+from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
+from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
 
-MS = 1_000_000
-PER_HOST, HOSTS = 4, 4
 DP = [0x200 + i for i in range(PER_HOST)]  # DP ring i: rank i of every host
 
 
 def _ctx() -> DetectContext:
-    cfg = DetectorConfig()
-    topo = JobTopology()
-    for r in range(PER_HOST * HOSTS):
-        topo.rank_host[r] = f"h{r // PER_HOST}"
-        topo.rank_nic[r] = f"nic{(r % PER_HOST) // 2}"  # 2 GPUs per NIC
-        topo.rank_gpu[r] = f"gpu{r % PER_HOST}"
+    """The hosts, NICs and GPUs of ``test_slow_rules`` plus the DP rings."""
+    ctx = hosts_ctx()
     for i, comm in enumerate(DP):
         ranks = tuple(i + PER_HOST * h for h in range(HOSTS))
-        topo.comms[comm] = CommInfo(comm, f"dp{i}", "dp", ranks)
-    return DetectContext("j", ProgressStore(12_000 * MS), topo, BaselineBook(64), cfg)
+        ctx.topo.comms[comm] = CommInfo(comm, f"dp{i}", "dp", ranks)
+    return ctx
 
 
 def _members(comm: int) -> list[int]:
