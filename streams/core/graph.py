@@ -3,8 +3,9 @@
 Nodes are global ranks. An edge ``u -> v`` says "u cannot progress until v
 does", with ``kind`` = ``control`` (v never issued the op u is in; per-rank op
 order across communicators carries this across groups) or ``data`` (u's data
-comes from v: ring prev, tree parent/child, PP send/recv, a recv flow, or a
-send flow v never acknowledged). Lost ranks have no out-edges: their last
+comes from v: ring prev, tree parent/child, PP send/recv, a recv flow, a
+send flow v never acknowledged, or data ready for v that the link never
+took). Lost ranks have no out-edges: their last
 state is stale, and they are where waiting ends.
 """
 
@@ -92,6 +93,14 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
         (
             (mine["dir"] == SEND) & (mine["transmitted"] > mine["done"]),
             "sent data the peer never acknowledged",
+        ),
+        # Data ready but not sent (G > T) waits on the link and on the
+        # receiver's credit: the path to the peer, whichever end of it failed.
+        (
+            (mine["dir"] == SEND)
+            & (mine["gpu_ready"] > mine["transmitted"])
+            & (mine["transmitted"] == mine["done"]),
+            "data ready but not sent: waits on the link to the peer",
         ),
     )
     for mask, why in waiting:

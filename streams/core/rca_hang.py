@@ -23,6 +23,7 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
 from mycroft.streams.core.detect import DetectContext, lost_ranks
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
+from mycroft.streams.core.topology import JobTopology
 
 
 @dataclass
@@ -49,6 +50,9 @@ class Suspect:
 _ALIVE_MARGIN_NS = 1_000_000
 """Same-clock progress this much after a flow froze proves a NIC still works
 (channels of one op freeze microseconds apart; a ring step takes ms)."""
+_SKEW_MARGIN_NS = 50_000_000
+"""Progress this much later on another host's clock counts as later
+(clock offsets between hosts stay well below it)."""
 
 
 def _frozen_send(flows: np.ndarray, rank: int) -> np.ndarray:
@@ -106,6 +110,21 @@ def _score_lost(
         )
 
 
+def _nic_moved_after(
+    flows: np.ndarray, topo: JobTopology, rank: int, t_ns: int, margin_ns: int
+) -> bool:
+    """Whether a cross-host flow of ``rank`` progressed after ``t_ns``: its
+    NIC path still works.
+
+    Only the rank's own flows count: ``last_ns`` also moves when the GPU
+    fills a buffer, and a NIC mate's GPU keeps doing that for a while after
+    the NIC stopped.
+    """
+    later = flows[(flows["rank"] == rank) & (flows["last_ns"] > t_ns + margin_ns)]
+    host = topo.host_of(rank)
+    return any(topo.host_of(int(q)) != host for q in later["peer"].tolist())
+
+
 def _in_op(ctx: DetectContext, rank: int) -> bool:
     """Whether ``rank``'s rank-state says it has an op issued and not done."""
     s = ctx.store.slots
@@ -150,37 +169,24 @@ def _in_op_keys(flows: np.ndarray) -> set[tuple[int, int, int]]:
     )
 
 
-def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
+def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one module
     sus: Suspect,
     flows: np.ndarray,
-    group: set[int],
+    gt: np.ndarray,
     gt_mask: np.ndarray,
     present: set[tuple[int, int, int]],
     blame: Callable[[int], Suspect],
-    host_of: Callable[[int], str] | None = None,
-    not_started_ranks: set[int] | None = None,
-) -> None:
+    topo: JobTopology,
+) -> int:
+    """Score ``sus``'s frozen ready-not-sent flows ``gt``; return how many
+    have a local cause (its own NIC path)."""
     r = sus.rank
-    mine = flows[flows["rank"] == r]
-    sends = mine[(mine["dir"] == SEND) & (mine["done"] < mine["total"])]
-    gsend = flows[(flows["dir"] == SEND) & np.isin(flows["rank"], list(group))]
-    gt = flows[gt_mask & (flows["rank"] == r)]
     stuck = set(flows["rank"][gt_mask].tolist())
     # Table 4, G > T: a local cause (the sender's NIC / RDMA path) when the
     # receiver is ready: it is in the same op (has posted its side) and is
     # not itself stuck with ready-not-sent data. Otherwise the receiver is
     # not ready (remote cause): a receiver that cannot send cannot free its
     # buffers, so credit stalls propagate backwards along a ring.
-    topo_host = host_of or (lambda _r: "")
-    mine_net = (
-        mine[
-            np.array(
-                [topo_host(int(q)) != topo_host(r) for q in mine["peer"]], dtype=bool
-            )
-        ]
-        if len(mine)
-        else mine
-    )
     n_local = 0
     for f in gt:
         peer, ch = int(f["peer"]), int(f["channel"])
@@ -194,11 +200,12 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
             )
             sus.flow = sus.flow or (peer, ch)
             continue
-        # Same host clock: did this rank's NIC move anything after the flow
-        # froze? Then its NIC works and the path's other end (the receiver's
-        # NIC) stopped; else the sender's NIC/RDMA path is the local cause.
-        later = mine_net[mine_net["last_ns"] > int(f["last_ns"]) + _ALIVE_MARGIN_NS]
-        if len(later) and topo_host(peer) != topo_host(r):
+        # Did this rank's NIC move anything after the flow froze? Then its
+        # NIC works and the path's other end (the receiver's NIC) stopped;
+        # else the sender's NIC/RDMA path is the local cause.
+        froze = int(f["last_ns"])
+        cross = topo.host_of(peer) != topo.host_of(r)
+        if cross and _nic_moved_after(flows, topo, r, froze, _ALIVE_MARGIN_NS):
             other = blame(peer)
             other.add(
                 Component.NIC,
@@ -211,6 +218,38 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
         n_local += 1
         if sus.flow is None or n_local == 1:
             sus.flow = (peer, ch)
+        # A lone transfer cannot tell its two ends apart: unless the
+        # receiver's NIC moved data since (another host's clock, so a wider
+        # margin), it stays a suspect too.
+        if cross and not _nic_moved_after(flows, topo, peer, froze, _SKEW_MARGIN_NS):
+            other = blame(peer)
+            if Component.NIC not in other.scores:
+                other.add(
+                    Component.NIC,
+                    1.0,
+                    f"or the receiving NIC: rank {r}'s data to rank {peer} froze "
+                    f"(G>T) and rank {peer}'s NIC moved nothing since",
+                )
+                other.flow = other.flow or (r, ch)
+    return n_local
+
+
+def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
+    sus: Suspect,
+    flows: np.ndarray,
+    group: set[int],
+    gt_mask: np.ndarray,
+    present: set[tuple[int, int, int]],
+    blame: Callable[[int], Suspect],
+    topo: JobTopology,
+    not_started_ranks: set[int] | None = None,
+) -> None:
+    r = sus.rank
+    mine = flows[flows["rank"] == r]
+    sends = mine[(mine["dir"] == SEND) & (mine["done"] < mine["total"])]
+    gsend = flows[(flows["dir"] == SEND) & np.isin(flows["rank"], list(group))]
+    gt = flows[gt_mask & (flows["rank"] == r)]
+    n_local = _score_frozen_sends(sus, flows, gt, gt_mask, present, blame, topo)
     if n_local:
         sus.add(
             Component.NIC,
@@ -262,11 +301,14 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
     waits_on_unstarted = bool(
         len(sends) and np.isin(sends["peer"], list(not_started)).any()
     )
-    if len(recv) and not n_local and not waits_on_unstarted:
+    # Sends of its own frozen ready-not-sent (G>T) explain unconsumed input:
+    # output that cannot drain back-pressures the kernel.
+    if len(recv) and not len(gt) and not waits_on_unstarted:
         # Table 4 "GPU not ready" (G = T = D frozen) seen against the input:
-        # the rank received more than it turned into output; input that
-        # arrived (transmitted) but its own kernel never consumed (done)
-        # adds to the evidence.
+        # input arrived (transmitted) that its own kernel never consumed
+        # (done), and it received more than it turned into output. Input
+        # all consumed is a rank waiting for more (e.g. behind a dead link),
+        # not a stuck GPU.
         total = max(float(recv["total"].sum()), 1.0)
         held = float((recv["transmitted"] - recv["done"]).sum()) / total
         got = float(recv["transmitted"].sum()) / total
@@ -276,7 +318,7 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
             else 0.0
         )
         sus.scores.setdefault(Component.GPU, 0.0)
-        if got > made:
+        if got > made and held > 0:
             sus.add(
                 Component.GPU,
                 1.0 + 4.0 * (got - made) + held,
@@ -411,7 +453,7 @@ def explain_hang(
                     gt_mask,
                     present,
                     blame,
-                    ctx.topo.host_of,
+                    ctx.topo,
                     unstarted,
                 )
     for group in groups:

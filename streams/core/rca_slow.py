@@ -184,7 +184,8 @@ def _late_scores(
 
 
 HOSTWIDE_CONF = 0.6
-"""Highest confidence of a culprit named by the whole-host timing rule."""
+"""Highest confidence of a culprit named by the whole-host timing rule, or of
+a pcie verdict resting only on finishing last (no flow or ready evidence)."""
 
 
 def explain_slowdown(
@@ -209,7 +210,7 @@ def explain_slowdown(
     hostwide = _score_whole_hosts(
         ctx, suspects, _outliers(worst, floor), stats, span, singles=singles
     )
-    _score_timing(ctx, suspects, late, end_lag, early, span, flows)
+    lag_only = _score_timing(ctx, suspects, late, end_lag, early, span, flows)
     for st in list(stats)[-3:]:
         evidence.append(
             Evidence(
@@ -223,11 +224,15 @@ def explain_slowdown(
         evidence.extend(Evidence(w, sus.rank) for w in sus.reasons[:3])
     ranked = _rank(ctx, suspects, FaultKind.SLOWDOWN)
     # A host-wide timing verdict is ambiguous (a host behind a slow NIC is
-    # late as a whole too) until G/T/D evidence accumulates: its confidence
-    # is capped so that a later flow-based culprit can revise it.
+    # late as a whole too) until G/T/D evidence accumulates, and so is a rank
+    # that only finishes last (without flow counters, e.g. on gloo, a
+    # neighbour of a straggler can finish last before the straggler's own
+    # late arrivals are counted): their confidence is capped so that a later,
+    # better-founded culprit can revise them.
     ranked = [
         replace(c, confidence=min(c.confidence, HOSTWIDE_CONF))
-        if c.rank in hostwide and c.component is Component.GPU
+        if (c.rank in hostwide and c.component is Component.GPU)
+        or (c.rank in lag_only and c.component is Component.PCIE)
         else c
         for c in ranked
     ]
@@ -632,7 +637,11 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     early: set[int],
     span: float,
     flows: list[FlowFeatures],
-) -> None:
+) -> set[int]:
+    """Score late arrivals (gpu) and late copies or finishes (pcie).
+
+    Returns the ranks whose pcie score rests only on finishing last.
+    """
     floor = _late_floor(ctx, span)
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
     for r, excess in late_out.items():
@@ -647,7 +656,8 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         )
     ready = {f.rank: f.ready for f in flows}
     deficit = {r: -v for r, v in ready.items()}
-    for r, d in _outliers(deficit, 0.1).items():
+    deficit_out = _outliers(deficit, 0.1)
+    for r, d in deficit_out.items():
         if r not in late_out:
             suspects.setdefault(r, Suspect(r)).add(
                 Component.PCIE,
@@ -656,15 +666,22 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
                 "while it issues on time (copies late)",
             )
     lag_out = _outliers(end_lag, floor)
+    lag_only: set[int] = set()
     for r, excess in lag_out.items():
         if r in late_out or r in early:
             continue
-        sus = suspects.setdefault(r, Suspect(r))
+        founded = r in suspects and Component.PCIE in suspects[r].scores
         others = [v for k, v in ready.items() if k != r]
         behind = r in ready and others and ready[r] < float(np.median(others)) - 0.05
+        if not (behind or founded) and late_out:
+            continue  # who finishes last behind a late arrival is ring order
+        sus = suspects.setdefault(r, Suspect(r))
         sus.add(
             Component.PCIE,
             0.8 + (0.4 if behind else 0.0) + excess / max(span, 1.0),
             f"issues on time but finishes {excess / 1e6:.1f} ms after the median"
             + ("; gpu_ready lags peers" if behind else ""),
         )
+        if not (behind or founded):
+            lag_only.add(r)
+    return lag_only

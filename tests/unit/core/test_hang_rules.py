@@ -3,7 +3,11 @@
 * a rank whose liveness beat went stale while idle died (process), an
   alive-but-idle rank is a host-side stall (scored elsewhere);
 * a cross-group order deadlock (a cycle of "never issued" control edges
-  over two comms) blames the ranks whose issue order is the minority one.
+  over two comms) blames the ranks whose issue order is the minority one;
+* a NIC that died mid-ring: data ready but never sent (G>T) waits on the
+  link to the receiver, so the dead NIC's rank is in the earliest blocked
+  group (not only its upstream sender), and input a rank cannot consume
+  because its own output cannot drain is back-pressure, not a stuck GPU.
 """
 
 from __future__ import annotations
@@ -11,12 +15,19 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from mycroft.schemas.vocab import Component
+from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.graph import _data_edges, terminal_groups
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
-from mycroft.streams.core.rca_hang import Suspect, _score_lost, _score_order_cycle
+from mycroft.streams.core.rca_hang import (
+    Suspect,
+    _score_in_op,
+    _score_lost,
+    _score_order_cycle,
+    frozen_ready_not_sent,
+)
 from mycroft.streams.core.topology import JobTopology
 
 WORLD, DP = 0x10, 0x20
@@ -75,3 +86,55 @@ def test_order_deadlock_blames_the_minority_issue_order():
     g.add_edge(3, 0, kind="data", comm=DP, seq=20, why="")
     _score_order_cycle(ctx, g, {0, 1, 2, 3}, set(), blame)
     assert not suspects
+
+
+RING = 0x30
+TICK_NS, FROZE_NS = 20_000_000_000, 18_000_000_000  # frozen for 2 s
+
+
+def _ring_with_dead_nic(dead: int) -> np.ndarray:
+    """Ring 0->1->2->3->0, 16 chunks per flow, frozen mid-op by ``dead``'s NIC:
+    both links touching it stopped with data ready on the sending side."""
+    rows = []
+    for r in range(4):
+        nxt, prv = (r + 1) % 4, (r - 1) % 4
+        cut = dead in (r, nxt)  # r's send to nxt crosses the dead NIC
+        rows.append((r, nxt, SEND, 12, 4 if cut else 12, 4 if cut else 12))
+        cut = dead in (prv, r)
+        rows.append((r, prv, RECV, 16, 4 if cut else 12, 4 if cut else 8))
+    out = np.zeros(len(rows), dtype=FLAT_FLOW)
+    for i, (r, peer, d, g, t, done) in enumerate(rows):
+        out[i] = (TICK_NS, r, RING, 7, 0, peer, d, 16, g, t, done, FROZE_NS)
+    return out
+
+
+def test_dead_nic_rank_is_in_the_earliest_blocked_group():
+    ctx = _ctx()
+    flows = _ring_with_dead_nic(2)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(4))
+    for r in range(4):
+        _data_edges(g, flows, ctx.topo, r, RING, 7)
+    assert g.edges[1, 2]["why"].startswith("data ready but not sent")
+    groups = terminal_groups(g, {0, 1, 2, 3})
+    assert any(2 in grp for grp in groups)
+
+
+def test_unconsumed_input_behind_blocked_output_is_not_a_gpu_hang():
+    ctx = _ctx()
+    flows = _ring_with_dead_nic(2)
+    gt = frozen_ready_not_sent(flows, 1_000_000_000)
+    assert set(flows["rank"][gt].tolist()) == {1, 2}
+    present = {(r, RING, 7) for r in range(4)}
+    suspects: dict[int, Suspect] = {}
+
+    def blame(r: int) -> Suspect:
+        return suspects.setdefault(r, Suspect(r))
+
+    for r in (1, 2):
+        _score_in_op(blame(r), flows, {1, 2}, gt, present, blame, ctx.topo)
+    # rank 1 holds input it cannot turn into output (its send to 2 is stuck):
+    # no GPU verdict; rank 2's NIC carries the blame.
+    assert Component.GPU not in suspects[1].scores
+    top = max(suspects.values(), key=lambda s: s.best[1])
+    assert top.rank == 2 and top.best[0] is Component.NIC

@@ -135,6 +135,7 @@ def test_sustained_late_shift_below_the_noise_band_fires():
 def test_noisy_arrivals_without_a_shift_are_silent():
     assert [a for seed in range(6) for a in _noisy_late_run(0, seed)] == []
 
+
 def _flows(rows):
     a = np.zeros(len(rows), FLAT_FLOW)
     for i, r in enumerate(rows):

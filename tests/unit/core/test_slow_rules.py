@@ -5,7 +5,8 @@
 * GPUs sharing a NIC are one NIC for link evidence;
 * lateness is judged per comm (a whole late host is on time in its own
   intra-host groups);
-* a host-wide timing verdict is capped so G/T/D evidence can revise it.
+* a host-wide timing verdict, or a pcie verdict resting only on finishing
+  last, is capped so G/T/D or late-arrival evidence can revise it.
 """
 
 from __future__ import annotations
@@ -141,3 +142,26 @@ def test_hostwide_timing_verdict_is_capped():
     assert culprits and culprits[0].host == "h1"
     assert culprits[0].component is Component.GPU
     assert culprits[0].confidence <= HOSTWIDE_CONF
+
+
+def test_finishing_last_alone_is_a_capped_pcie_verdict():
+    """Without flow counters (gloo) a rank that only finishes last may be a
+    straggler's neighbour: named pcie, but revisable by late-arrival evidence."""
+    ctx = _ctx()
+    ranks = list(range(PER_HOST * HOSTS))
+    lag = [MS] * len(ranks)
+    lag[5] = 40 * MS
+    stats = [_stat(1, s, ranks, [s * 100 * MS] * len(ranks), lag) for s in range(5)]
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert culprits[0].rank == 5 and culprits[0].component is Component.PCIE
+    assert culprits[0].confidence <= HOSTWIDE_CONF
+    # Once a rank arrives late, finishing last is no evidence of its own: who
+    # finishes last behind a straggler depends on ring order.
+    late = [
+        [s * 100 * MS + (60 * MS if r == 9 else 0) for r in ranks] for s in range(5)
+    ]
+    stats += [_stat(1, 5 + s, ranks, late[s], lag) for s in range(5)]
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert culprits[0].rank == 9 and culprits[0].component is Component.GPU
+    assert culprits[0].confidence > HOSTWIDE_CONF
+    assert all(c.rank != 5 for c in culprits)
