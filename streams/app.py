@@ -136,6 +136,9 @@ class Pipeline:
         self.last_snapshot: dict[int, float] = {}
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
+        # Rate increments per source partition, written to the windowed
+        # tables once per tick (each table write is a changelog message).
+        self.pending_rates: dict[int, tuple[Counter[str], Counter[str]]] = {}
         n = settings.partitions
         raw: dict[str, Any] = {"value_serializer": "raw", "key_serializer": "raw"}
         self.tick = app.topic(tick_topic(settings), partitions=n, **raw)
@@ -204,7 +207,7 @@ class Pipeline:
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
         if self.settings.rates and isinstance(record, CompletionBatch):
-            self.update_rates(job, record)
+            self.update_rates(job, record, msg.partition)
 
     def partition_of(self, key: str, partitions: int) -> int:
         """Source partition of an engine key (``job/comm_group`` in stage 1)."""
@@ -219,12 +222,36 @@ class Pipeline:
             return bytes(msg.key or b"").decode("utf-8", "replace")
         return record_job(record)
 
-    def update_rates(self, job: str, batch: CompletionBatch) -> None:
-        """Windowed exports: chunks per rank (1 s tumbling), ops per comm (hopping)."""
-        for rank, chunks in rank_chunks(batch).items():
-            self.chunks[f"{job}/{rank}"] += chunks
+    def update_rates(self, job: str, batch: CompletionBatch, partition: int) -> None:
+        """Windowed exports: chunks per rank (1 s tumbling), ops per comm (hopping).
+
+        Increments are summed per source partition and written to the tables
+        by that partition's next tick (:meth:`flush_rates`): one changelog
+        message per key and tick instead of one per key and batch.
+        """
+        chunks, ops = self.pending_rates.setdefault(partition, (Counter(), Counter()))
+        for rank, n in rank_chunks(batch).items():
+            chunks[f"{job}/{rank}"] += n
         for comm, n in comm_ops(batch).items():
-            self.ops[f"{job}/{comm:x}"] += n
+            ops[f"{job}/{comm:x}"] += n
+
+    def flush_rates(self, partition: int) -> None:
+        """Write ``partition``'s summed rate increments to the windowed tables.
+
+        Called while that partition's tick record is processed: a table write
+        goes to the changelog partition of the current record, and its window
+        is that record's time (counts land up to one tick late).
+        """
+        pending = self.pending_rates.get(partition)
+        if pending is None:
+            return
+        chunks, ops = pending
+        for key, n in chunks.items():
+            self.chunks[key] += n
+        for key, n in ops.items():
+            self.ops[key] += n
+        chunks.clear()
+        ops.clear()
 
     async def dead_letter(self, msg: Any, err: DecodeError) -> None:
         """Send undecodable bytes to the dead-letter topic with the reason."""
@@ -241,6 +268,7 @@ class Pipeline:
     async def on_tick(self, partition: int) -> None:
         """Evaluate the jobs of ``partition``; snapshot + commit when due."""
         wall = time.monotonic()
+        self.flush_rates(partition)
         for slot in self.router.on_partition(partition):
             findings = slot.engine.evaluate(slot.now_ns(wall))
             if findings:
@@ -347,7 +375,10 @@ class Pipeline:
 
     def on_revoked(self, revoked: set[TP]) -> None:
         """Drop engines of revoked partitions (the next owner restores them)."""
-        self.router.drop({tp.partition for tp in revoked})
+        parts = {tp.partition for tp in revoked}
+        self.router.drop(parts)
+        for p in parts:
+            self.pending_rates.pop(p, None)
 
 
 def _bytes_headers(

@@ -184,8 +184,12 @@ def _late_scores(
 
 
 HOSTWIDE_CONF = 0.6
-"""Highest confidence of a culprit named by the whole-host timing rule, or of
-a pcie verdict resting only on finishing last (no flow or ready evidence)."""
+"""Highest confidence of a culprit named by the whole-host timing rule, by
+lateness in one group only, or by finishing last alone (a pcie verdict with
+no flow or ready evidence)."""
+
+WORST_GROUP_FLOORS = 4.0
+"""Lateness in a rank's worst group alone must clear this many late floors."""
 
 
 def explain_slowdown(
@@ -210,7 +214,7 @@ def explain_slowdown(
     hostwide = _score_whole_hosts(
         ctx, suspects, _outliers(worst, floor), stats, span, singles=singles
     )
-    lag_only = _score_timing(ctx, suspects, late, end_lag, early, span, flows)
+    weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
     for st in list(stats)[-3:]:
         evidence.append(
             Evidence(
@@ -224,15 +228,16 @@ def explain_slowdown(
         evidence.extend(Evidence(w, sus.rank) for w in sus.reasons[:3])
     ranked = _rank(ctx, suspects, FaultKind.SLOWDOWN)
     # A host-wide timing verdict is ambiguous (a host behind a slow NIC is
-    # late as a whole too) until G/T/D evidence accumulates, and so is a rank
-    # that only finishes last (without flow counters, e.g. on gloo, a
-    # neighbour of a straggler can finish last before the straggler's own
-    # late arrivals are counted): their confidence is capped so that a later,
-    # better-founded culprit can revise them.
+    # late as a whole too) until G/T/D evidence accumulates, and so are a
+    # rank late in its worst group only and a rank that only finishes last
+    # (without flow counters, e.g. on gloo, a neighbour of a straggler can
+    # finish last before the straggler's own late arrivals are counted):
+    # their confidence is capped so that a later, better-founded culprit can
+    # revise them.
     ranked = [
         replace(c, confidence=min(c.confidence, HOSTWIDE_CONF))
         if (c.rank in hostwide and c.component is Component.GPU)
-        or (c.rank in lag_only and c.component is Component.PCIE)
+        or (c.rank in weak and c.component in (Component.GPU, Component.PCIE))
         else c
         for c in ranked
     ]
@@ -632,7 +637,7 @@ def _late_floor(ctx: DetectContext, span: float) -> float:
 def _score_timing(  # noqa: PLR0917 - private helper of one module
     ctx: DetectContext,
     suspects: dict[int, Suspect],
-    late: dict[int, float],
+    lateness: tuple[dict[int, float], dict[int, float]],
     end_lag: dict[int, float],
     early: set[int],
     span: float,
@@ -640,10 +645,26 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
 ) -> set[int]:
     """Score late arrivals (gpu) and late copies or finishes (pcie).
 
-    Returns the ranks whose pcie score rests only on finishing last.
+    ``lateness`` is (median over all the rank's ops, worst per-comm median).
+    Returns the ranks whose verdict is weak: late in their worst group only,
+    or (pcie) only finishing last.
     """
     floor = _late_floor(ctx, span)
+    late, worst = lateness
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
+    weak: set[int] = set()
+    if not late_out and not suspects:
+        # A rank late in one group only (it computes before that group's op,
+        # on time for the next one) has as many on-time ops as late ones:
+        # its median over every op hides it. When nothing else (flows, a
+        # whole host) explains the slowdown, its worst group speaks, if
+        # clearly (a worst of many groups is noisy) and revisably.
+        late_out = {
+            r: v
+            for r, v in _outliers(worst, floor).items()
+            if r not in early and v >= WORST_GROUP_FLOORS * floor
+        }
+        weak.update(late_out)
     for r, excess in late_out.items():
         sus = suspects.setdefault(r, Suspect(r))
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
@@ -666,7 +687,6 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
                 "while it issues on time (copies late)",
             )
     lag_out = _outliers(end_lag, floor)
-    lag_only: set[int] = set()
     for r, excess in lag_out.items():
         if r in late_out or r in early:
             continue
@@ -683,5 +703,5 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
             + ("; gpu_ready lags peers" if behind else ""),
         )
         if not (behind or founded):
-            lag_only.add(r)
-    return lag_only
+            weak.add(r)
+    return weak

@@ -8,6 +8,7 @@ mid-incident and checks the restarted one neither loses nor repeats it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from mycroft.kafka_client import DLQ_HEADERS, RecordPublisher
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.faust_settings import StreamSettings
-from mycroft.streams.faust_topics import ensure_topics
+from mycroft.streams.faust_topics import changelog_topic, ensure_topics
 from mycroft.streams.worker_process import WorkerProcess as WorkerProc
 from mycroft.topics import TopicSet, partition_for
 from tests.unit.core import scenario
@@ -179,6 +180,33 @@ def test_hang_root_cause_and_dead_letter(
     headers = dict(msgs[0].headers() or [])
     assert headers[DLQ_HEADERS[0]] == b"not-avro"
     assert headers[DLQ_HEADERS[2]].startswith(t.state.encode())
+    # the windowed rate table of ops per comm was written for every comm
+    # (the scripted completions carry no flows, so rank-chunks stays empty)
+    ops = changelog_sums(settings, "comm-ops")
+    comms = [*scenario.TP.values(), *scenario.DP.values()]
+    assert {k for k, v in ops.items() if v > 0} == {f"job-a/{c:x}" for c in comms}
+
+
+def changelog_sums(s: StreamSettings, table: str) -> dict[str, int]:
+    """Latest value of each (key, window) of a windowed table's changelog,
+    summed over the windows, per key."""
+    c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "unused"})
+    c.assign(
+        [TopicPartition(changelog_topic(s, table), p, 0) for p in range(s.partitions)]
+    )
+    latest: dict[str, int] = {}
+    deadline, idle = time.monotonic() + 20, 0
+    while idle < 3 and time.monotonic() < deadline:
+        msgs = [m for m in c.consume(500, 0.5) if m.error() is None]
+        idle = 0 if msgs else idle + 1
+        for m in msgs:
+            latest[(m.key() or b"").decode()] = json.loads(m.value() or b"0")
+    c.close()
+    out: dict[str, int] = {}
+    for raw, value in latest.items():
+        key, _window = json.loads(raw)
+        out[key] = out.get(key, 0) + int(value)
+    return out
 
 
 @pytest.mark.parametrize("after_s", [0.0, 1.2], ids=["at-first-rca", "after-snapshot"])

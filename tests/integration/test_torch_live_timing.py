@@ -24,13 +24,6 @@ def worker(
     yield from live.worker(kafka_bootstrap, tmp_path_factory.mktemp("torch-timing"))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="flaky, about 1 run in 15: the first root cause sometimes names a "
-    "neighbour of the straggler as pcie (it finishes last on gloo, which has no "
-    "flow counters to refute it) at full confidence, and an answer is never "
-    "revised at equal confidence; open on issue 6",
-)
 def test_live_straggler(worker: StreamSettings, tmp_path: Path) -> None:
     rank, _component, kind = harness.EXPECTED["straggler"]
     # The slowdown is named a few ops after onset; on a loaded machine the

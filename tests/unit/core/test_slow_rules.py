@@ -165,3 +165,19 @@ def test_finishing_last_alone_is_a_capped_pcie_verdict():
     assert culprits[0].rank == 9 and culprits[0].component is Component.GPU
     assert culprits[0].confidence > HOSTWIDE_CONF
     assert all(c.rank != 5 for c in culprits)
+
+
+def test_rank_late_in_one_group_only_is_named():
+    """A straggler that computes before one group's op and is on time for the
+    next group's: as many on-time ops as late ones must not hide it."""
+    ctx = _ctx()
+    ranks = [0, 1, 2, 3]
+    stats = []
+    for s in range(5):
+        t = s * 1000 * MS
+        stats.append(_stat(1, s, ranks, [t, t, t + 400 * MS, t], [MS] * 4))
+        stats.append(_stat(2, s, ranks, [t + 402 * MS] * 4, [MS] * 4))
+    stats.append(_stat(2, 5, ranks, [5000 * MS] * 4, [MS] * 4))
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert culprits and culprits[0].rank == 2
+    assert culprits[0].component is Component.GPU
