@@ -193,6 +193,7 @@ def main() -> int:
         "shape": {"tp": tp, "pp": pp, "dp": dp},
         "seeds_per_fault": args.seeds,
         "duration_s": args.duration,
+        "workers": args.workers,
         "wall_s": round(time.time() - t0, 1),
         "per_fault": aggregate(rows),
         "timing": timing(rows),
