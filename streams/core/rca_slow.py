@@ -188,6 +188,10 @@ HOSTWIDE_CONF = 0.6
 lateness in one group only, or by finishing last alone (a pcie verdict with
 no flow or ready evidence)."""
 
+SYMPTOM_SHARE = 0.1
+"""A timing suspect's lateness or finishing lag must reach this share of the
+largest lateness or lag seen in the incident."""
+
 WORST_GROUP_FLOORS = 4.0
 """Lateness in a rank's worst group alone must clear this many late floors."""
 
@@ -649,8 +653,12 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     Returns the ranks whose verdict is weak: late in their worst group only,
     or (pcie) only finishing last.
     """
-    floor = _late_floor(ctx, span)
     late, worst = lateness
+    # A timing suspect must explain a real share of the slowdown: a rank 6 ms
+    # late is jitter beside victims 200 ms late (among 1,000 ranks one is
+    # always a few ms out).
+    biggest = max([0.0, *worst.values(), *end_lag.values()])
+    floor = max(_late_floor(ctx, span), SYMPTOM_SHARE * biggest)
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
     weak: set[int] = set()
     if not late_out and not suspects:

@@ -181,3 +181,25 @@ def test_rank_late_in_one_group_only_is_named():
     culprits, _ = explain_slowdown(ctx, stats, 0)
     assert culprits and culprits[0].rank == 2
     assert culprits[0].component is Component.GPU
+
+
+def test_jitter_is_not_named_beside_a_large_slowdown():
+    """Victims 200 ms late (excused: they wait early in another group) beside
+    a rank 6 ms late: among many ranks one is always a few ms out; it cannot
+    explain the slowdown and is not named."""
+    ctx = _ctx()
+    ranks = list(range(PER_HOST * HOSTS))
+    stats = []
+    for s in range(5):
+        t = s * 1000 * MS
+        begin = [t + (200 if 4 <= r < 8 else 6 if r == 9 else 0) * MS for r in ranks]
+        stats.append(_stat(1, s, ranks, begin, [MS] * len(ranks)))
+        # the victims arrive 300 ms early in their other group (waiting there)
+        other = [4, 5, 6, 7, 11, 12, 13, 14, 15]
+        stats.append(_stat(2, s, other, [t] * 4 + [t + 300 * MS] * 5, [MS] * 9))
+        for h in range(HOSTS):  # many short intra-host ops: a short median span
+            mine = list(range(h * PER_HOST, (h + 1) * PER_HOST))
+            at = [t + (506 if r == 9 else 500) * MS for r in mine]
+            stats.append(_stat(0x100 + h, s, mine, at, [MS] * PER_HOST))
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert all(c.rank != 9 for c in culprits)
