@@ -685,8 +685,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         )
     ready = {f.rank: f.ready for f in flows}
     deficit = {r: -v for r, v in ready.items()}
-    deficit_out = _outliers(deficit, 0.1)
-    for r, d in deficit_out.items():
+    for r, d in _outliers(deficit, 0.1).items():
         if r not in late_out:
             suspects.setdefault(r, Suspect(r)).add(
                 Component.PCIE,
