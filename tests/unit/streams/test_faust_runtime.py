@@ -182,14 +182,24 @@ def _stalling_worker(records, drop_host: str = "") -> list[Finding]:
     clock freezes 1.5 s every 100 records (about 2.5 s of trace: GC, a slow
     sink, a rebalance), then the backlog is read at full speed; evaluations
     run every 0.2 s of wall time."""
-    slot = JobSlot("j", 0, Analyzer("j"))
     t0 = records[0][0]
-    wall, next_eval, found = 0.0, 0.0, []
+    paced: list[tuple[float, Record]] = []
+    wall = 0.0
     for i, (ts, rec) in enumerate(records):
         host = getattr(getattr(rec, "header", None), "host", getattr(rec, "host", ""))
         if host == drop_host and ts - t0 > 6_000_000_000:
             continue  # this host is gone from 6 s on
         wall = max(wall, (ts - t0) / 1e9) + (1.5 if i % 100 == 99 else 0.001)
+        paced.append((wall, rec))
+    return _drive(paced)
+
+
+def _drive(paced: list[tuple[float, Record]]) -> list[Finding]:
+    """Feed ``(wall_s, record)`` to one job slot, evaluating every 0.2 s."""
+    slot = JobSlot("j", 0, Analyzer("j"))
+    found: list[Finding] = []
+    next_eval = 0.0
+    for wall, rec in paced:
         slot.ingest(rec, wall)
         while next_eval <= wall:
             found += slot.engine.evaluate(slot.now_ns(wall))
@@ -247,15 +257,8 @@ def _beats_ahead(fault: str) -> list[Finding]:
         out.records,
         key=lambda r: r[0] - (3_000_000_000 if isinstance(r[1], Heartbeat) else 0),
     )
-    slot = JobSlot("j", 0, Analyzer("j"))
-    t0, found, next_eval = ahead[0][0], [], 0.0
-    for ts, rec in ahead:
-        wall = (ts - t0) / 1e9
-        slot.ingest(rec, wall)
-        while next_eval <= wall:
-            found += slot.engine.evaluate(slot.now_ns(wall))
-            next_eval += 0.2
-    return found
+    t0 = ahead[0][0]
+    return _drive([((ts - t0) / 1e9, rec) for ts, rec in ahead])
 
 
 def test_heartbeats_read_ahead_of_state_do_not_age_the_hosts() -> None:
