@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -21,6 +22,19 @@ def matching_kind(kind: np.ndarray) -> np.ndarray:
     """
     out: np.ndarray = np.where(kind == _RECV, _SEND, kind).astype(kind.dtype)
     return out
+
+
+def small_median(values: np.ndarray) -> float:
+    """``float(np.median(values))`` of a short 1-D array, without numpy's
+    per-call overhead (ten times slower on the 2-32 members of a comm)."""
+    ordered = sorted(values.tolist())
+    n = len(ordered)
+    if n == 0:
+        return float("nan")
+    mid = n // 2
+    if n % 2:
+        return float(ordered[mid])
+    return (float(ordered[mid - 1]) + float(ordered[mid])) / 2
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,7 @@ class CollectiveStat:
     end_ns: np.ndarray
     prev_issue_ns: np.ndarray
 
-    @property
+    @cached_property
     def begin_ns(self) -> np.ndarray:
         """Per-rank kernel start (first progress), the issue time if unknown.
 
@@ -82,18 +96,31 @@ class CollectiveStat:
         ok = self.prev_issue_ns >= 0
         if not ok.any():
             return -1
-        return int(np.median(self.issue_ns[ok] - self.prev_issue_ns[ok]))
+        return int(small_median(self.issue_ns[ok] - self.prev_issue_ns[ok]))
 
     def lateness_ns(self) -> np.ndarray:
         """Per-rank arrival (kernel start) minus the members' median arrival."""
         begin = self.begin_ns
-        out: np.ndarray = begin - np.median(begin)
+        out: np.ndarray = begin - small_median(begin)
         return out
 
     def end_lag_ns(self) -> np.ndarray:
         """Per-rank completion minus the members' median completion."""
-        out: np.ndarray = self.end_ns - np.median(self.end_ns)
+        out: np.ndarray = self.end_ns - small_median(self.end_ns)
         return out
+
+
+def _stack_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate same-dtype structured rows (``np.concatenate`` promotes
+    structured dtypes field by field first: most of its cost on small parts)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = np.empty(sum(len(p) for p in parts), dtype=parts[0].dtype)
+    at = 0
+    for p in parts:
+        out[at : at + len(p)] = p
+        at += len(p)
+    return out
 
 
 class CompletionTracker:
@@ -101,6 +128,7 @@ class CompletionTracker:
 
     def __init__(self) -> None:
         self._partial: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._seen: dict[tuple[int, int], set[int]] = {}
         self._first_seen: dict[tuple[int, int], int] = {}
         self._prev_issue: dict[tuple[int, int], int] = {}
         self.signatures: dict[tuple[int, int], dict[tuple[int, int], list[int]]] = {}
@@ -118,53 +146,88 @@ class CompletionTracker:
         op = batch.op
         if not len(op):
             return []
-        keys = np.stack([op["comm"].astype(np.uint64), op["seq"].astype(np.uint64)], 1)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        # Group rows by (comm, seq) in unsigned order; the sort is stable, so
+        # each group keeps the rows' arrival order. Per-group facts are taken
+        # for all groups at once (reduceat), then read as Python lists.
+        comm, seq = op["comm"].astype(np.uint64), op["seq"].astype(np.uint64)
+        order = np.lexsort((seq, comm))
+        op, comm, seq = op[order], comm[order], seq[order]
+        cut = np.flatnonzero((comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])) + 1
+        starts = np.concatenate([[0], cut])
+        kinds, nbytes = matching_kind(op["kind"]), op["bytes"]
+        kind0 = np.minimum.reduceat(kinds, starts)
+        bytes0 = np.minimum.reduceat(nbytes, starts)
+        uniform = (kind0 == np.maximum.reduceat(kinds, starts)) & (
+            bytes0 == np.maximum.reduceat(nbytes, starts)
+        )
+        ranks = op["rank"].tolist()
+        bounds = [*starts.tolist(), len(op)]
         done: list[CollectiveStat] = []
-        for i, (comm, seq) in enumerate(uniq.tolist()):
-            rows = op[inv.ravel() == i]
-            key = (int(comm), int(seq))
-            self._record_signatures(key, rows)
-            parts = self._partial.setdefault(key, [])
-            parts.append(rows)
+        for g, (key, sig, same) in enumerate(
+            zip(
+                zip(comm[starts].tolist(), seq[starts].tolist(), strict=True),
+                zip(kind0.tolist(), bytes0.tolist(), strict=True),
+                uniform.tolist(),
+                strict=True,
+            )
+        ):
+            lo, hi = bounds[g], bounds[g + 1]
+            group = ranks[lo:hi]
+            if same:
+                self._record_signature(key, sig, group)
+            else:
+                for row_sig, rank in zip(
+                    zip(kinds[lo:hi].tolist(), nbytes[lo:hi].tolist(), strict=True),
+                    group,
+                    strict=True,
+                ):
+                    self._record_signature(key, row_sig, [rank])
+            self._partial.setdefault(key, []).append(op[lo:hi])
+            self._seen.setdefault(key, set()).update(group)
             self._first_seen.setdefault(key, now_ns)
             stat = self._maybe_finish(key, members.get(key[0], 0))
             if stat is not None:
                 done.append(stat)
         return done
 
-    def _record_signatures(self, key: tuple[int, int], rows: np.ndarray) -> None:
-        sigs = self.signatures.setdefault(key, {})
-        for kind, nbytes, rank in zip(
-            matching_kind(rows["kind"]).tolist(),
-            rows["bytes"].tolist(),
-            rows["rank"].tolist(),
-            strict=True,
-        ):
-            lst = sigs.setdefault((kind, nbytes), [])
-            if rank not in lst:
-                lst.append(rank)
+    def _record_signature(
+        self, key: tuple[int, int], sig: tuple[int, int], ranks: list[int]
+    ) -> None:
+        """Add ``ranks`` (in order, once each) to the ranks that reported
+        ``sig`` = (matching kind, bytes) for op ``key``."""
+        lst = self.signatures.setdefault(key, {}).setdefault(sig, [])
+        have = set(lst)
+        for r in ranks:
+            if r not in have:
+                lst.append(r)
+                have.add(r)
 
     def _maybe_finish(self, key: tuple[int, int], nranks: int) -> CollectiveStat | None:
-        rows = np.concatenate(self._partial[key])
-        _, first = np.unique(rows["rank"], return_index=True)
-        rows = rows[first]
-        if nranks <= 0 or len(rows) < nranks:
+        if nranks <= 0 or len(self._seen[key]) < nranks:
             return None
-        del self._partial[key]
+        seen = self._seen.pop(key)
+        rows = _stack_rows(self._partial.pop(key))
         del self._first_seen[key]
+        if len(rows) == len(seen):
+            rows = rows[np.argsort(rows["rank"], kind="stable")]
+        else:  # a rank reported twice: keep its first row
+            _, first = np.unique(rows["rank"], return_index=True)
+            rows = rows[first]
         prev = np.array(
             [self._prev_issue.get((key[0], r), -1) for r in rows["rank"].tolist()],
             dtype=np.int64,
         )
         for r, t in zip(rows["rank"].tolist(), rows["issue_ns"].tolist(), strict=True):
             self._prev_issue[(key[0], r)] = t
-        kinds, counts = np.unique(matching_kind(rows["kind"]), return_counts=True)
+        kinds = matching_kind(rows["kind"])
+        if not (kinds == kinds[0]).all():  # the members' majority kind
+            uniq, counts = np.unique(kinds, return_counts=True)
+            kinds = uniq[np.argmax(counts) :]
         return CollectiveStat(
             comm=key[0],
             seq=key[1],
-            kind=int(kinds[np.argmax(counts)]),
-            nbytes=int(np.median(rows["bytes"])),
+            kind=int(kinds[0]),
+            nbytes=int(small_median(rows["bytes"])),
             ranks=rows["rank"].copy(),
             issue_ns=rows["issue_ns"].copy(),
             start_ns=rows["start_ns"].copy(),
@@ -177,6 +240,7 @@ class CompletionTracker:
         old = [k for k, t in self._first_seen.items() if now_ns - t > timeout_ns]
         for k in old:
             self._partial.pop(k, None)
+            self._seen.pop(k, None)
             self._first_seen.pop(k, None)
         if len(self.signatures) > keep_sigs * 4:
             for k in sorted(self.signatures, key=lambda k: k[1])[:-keep_sigs]:

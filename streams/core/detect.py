@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
-from mycroft.schemas.vocab import OP_NAMES, SEND, FaultKind
+from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import (
     BaselineBook,
     RobustBaseline,
@@ -90,20 +90,30 @@ def comm_last_progress(store: ProgressStore) -> dict[int, tuple[int, int, bool]]
         return {}
     host_tick = store.host_tick_of_slots()
     prog = np.maximum(s["issued_change_ns"], s["done_change_ns"])
+    # One pass per column over the slots grouped by comm (reduceat), not a
+    # mask per comm: a 1,024-rank job has hundreds of comms.
+    order = np.argsort(s["comm"], kind="stable")
+    comm_sorted = s["comm"][order]
+    first = np.flatnonzero(np.r_[True, comm_sorted[1:] != comm_sorted[:-1]])
+    comms = comm_sorted[first]
+    issued, done = s["issued"][order], s["done"][order]
+    last = np.maximum.reduceat(prog[order], first)
     ops = store.in_flight_ops()
-    out: dict[int, tuple[int, int, bool]] = {}
-    comms, inv = np.unique(s["comm"], return_inverse=True)
-    for i, comm in enumerate(comms.tolist()):
-        m = inv == i
-        last = int(prog[m].max())
-        op_m = ops["comm"] == comm
-        if op_m.any():
-            last = max(last, int(ops["prog_ns"][op_m].max()))
-        busy = bool((s["issued"][m] > s["done"][m]).any()) or bool(
-            (s["done"][m] < s["issued"][m].max()).any()
+    if len(ops):  # in-flight ops of comms with slots (others are not judged)
+        at = np.minimum(np.searchsorted(comms, ops["comm"]), len(comms) - 1)
+        known = comms[at] == ops["comm"]
+        np.maximum.at(last, at[known], ops["prog_ns"][known])
+    top_issued = np.maximum.reduceat(issued, first)
+    sizes = np.diff(np.r_[first, len(order)])
+    lagging = (issued > done) | (done < np.repeat(top_issued, sizes))
+    busy = np.maximum.reduceat(lagging, first)
+    tick = np.maximum.reduceat(host_tick[order], first)
+    return {
+        c: (t_last, t_tick, b)
+        for c, t_last, t_tick, b in zip(
+            comms.tolist(), last.tolist(), tick.tolist(), busy.tolist(), strict=True
         )
-        out[comm] = (last, int(host_tick[m].max()), busy)
-    return out
+    }
 
 
 def detect_hangs(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
@@ -268,8 +278,8 @@ def observe_collective(
 
 
 GAP_CLOCK_SLACK_NS = 100_000_000
-"""Snapshots this much older than an op's first issue are not searched for it
-(host clocks differ by milliseconds)."""
+"""Snapshots this much older than an op's first issue, or newer than its last
+completion, are not searched for it (host clocks differ by milliseconds)."""
 
 
 def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline:
@@ -290,7 +300,7 @@ def op_flow_gaps(
     """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
     send flows to other hosts, from the snapshots taken while it ran.
 
-    Only snapshots of a started flow count (something ready, not all done):
+    Only snapshots of a started flow count (``progress.started_sends``):
     before its first chunk and after its last, every gap is zero.
     Ops of one host, and ops no snapshot caught in flight, give nothing.
     """
@@ -299,21 +309,22 @@ def op_flow_gaps(
     if len(hosts) < 2 or "" in hosts:
         return {}
     cutoff = int(stat.issue_ns.min()) - GAP_CLOCK_SLACK_NS
+    after = int(stat.end_ns.max()) + GAP_CLOCK_SLACK_NS
+    key = (stat.comm, stat.seq)
     parts = []
     for name in hosts:
         hs = ctx.store.hosts.get(name)
-        for snap in reversed(hs.history if hs is not None else ()):
-            if int(snap["tick_ns"][0]) < cutoff:
+        for tick, by_op in reversed(hs.sends if hs is not None else ()):
+            if tick < cutoff:
                 break
-            m = (snap["comm"] == stat.comm) & (snap["seq"] == stat.seq)
-            if m.any():
-                parts.append(snap[m])
+            if tick > after:  # taken after the op ended everywhere
+                continue
+            rows = by_op.get(key)
+            if rows is not None:
+                parts.append(rows)
     if not parts:
         return {}
     rows = np.concatenate(parts)
-    rows = rows[
-        (rows["dir"] == SEND) & (rows["gpu_ready"] > 0) & (rows["done"] < rows["total"])
-    ]
     out: dict[int, tuple[float, float]] = {}
     for rank in np.unique(rows["rank"]).tolist():
         f = rows[rows["rank"] == rank]
@@ -425,6 +436,8 @@ def detect_mismatch(
             ranks = sorted(set(ops["rank"][inv == i].tolist()))
             sigs.setdefault((comm, seq), {})[(kind, nbytes)] = ranks
     for key, by_sig in done_sigs.items():
+        if len(by_sig) < 2 and key not in sigs:
+            continue  # one signature and nothing in flight: agrees
         for sig, ranks in by_sig.items():
             lst = sigs.setdefault(key, {}).setdefault(sig, [])
             lst.extend(r for r in ranks if r not in lst)

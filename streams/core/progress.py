@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mycroft.schemas.records import CompletionBatch, StateBatch
+from mycroft.schemas.vocab import SEND
 
 FLAT_FLOW = np.dtype(
     [
@@ -83,6 +84,14 @@ class HostState:
     ops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_OP_PLUS))
     flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=FLAT_FLOW))
     history: deque[np.ndarray] = field(default_factory=deque)
+    sends: deque[tuple[int, dict[tuple[int, int], np.ndarray]]] = field(
+        default_factory=deque
+    )  # per ``history`` entry: (tick, started_sends of it)
+
+    def keep_snapshot(self, tick_ns: int, flat: np.ndarray) -> None:
+        """Append one flow snapshot (``FLAT_FLOW``) to the history."""
+        self.history.append(flat)
+        self.sends.append((tick_ns, started_sends(flat)))
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle (worker snapshots) without the flow history.
@@ -92,7 +101,7 @@ class HostState:
         restore; until then a slowdown's flow evidence is shorter.
         """
         state = dict(self.__dict__)
-        state["history"] = deque()
+        state["history"], state["sends"] = deque(), deque()
         return state
 
 
@@ -130,6 +139,31 @@ def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
     ops["prog_ns"] = prog
     ops["tick_ns"] = batch.header.tick_ns
     return ops, flat
+
+
+def started_sends(flat: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """Return the started, unfinished send flows of one snapshot by op.
+
+    Started means something is ready and not all is done: before a flow's
+    first chunk and after its last, every counter gap is zero. Keys are
+    ``(comm, seq)``; rows keep their order. Built once per snapshot so that
+    each completed op looks its flows up instead of scanning snapshots.
+    """
+    f = flat[
+        (flat["dir"] == SEND) & (flat["gpu_ready"] > 0) & (flat["done"] < flat["total"])
+    ]
+    if not len(f):
+        return {}
+    f = f[np.lexsort((f["seq"], f["comm"]))]
+    cut = (
+        np.flatnonzero(
+            (f["comm"][1:] != f["comm"][:-1]) | (f["seq"][1:] != f["seq"][:-1])
+        )
+        + 1
+    )
+    first = np.concatenate([[0], cut])
+    keys = zip(f["comm"][first].tolist(), f["seq"][first].tolist(), strict=True)
+    return dict(zip(keys, np.split(f, cut), strict=True))
 
 
 class ProgressStore:
@@ -206,9 +240,10 @@ class ProgressStore:
         if tick >= hs.last_tick_ns or not hs.batches:
             hs.ops, hs.flows = ops, flat
         if len(flat):
-            hs.history.append(flat)
+            hs.keep_snapshot(tick, flat)
         while hs.history and tick - int(hs.history[0]["tick_ns"][0]) > self.history_ns:
             hs.history.popleft()
+            hs.sends.popleft()
 
     def _fold_rc(self, idx: np.ndarray, rc: np.ndarray, tick: int, host: int) -> None:
         s = self.slots

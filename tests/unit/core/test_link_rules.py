@@ -60,7 +60,7 @@ def _run_op(ctx: DetectContext, comm: int, seq: int, td: dict[int, int]) -> list
         snap["gpu_ready"] = 21
         snap["transmitted"] = 20
         snap["done"] = 20 - td.get(r, seq % 2)  # healthy: 0 or 1 chunk
-        ctx.store.host(f"h{r // PER_HOST}").history.append(snap)
+        ctx.store.host(f"h{r // PER_HOST}").keep_snapshot(t0 + 50 * MS, snap)
     n = len(ranks)
     stat = CollectiveStat(
         comm=comm,
