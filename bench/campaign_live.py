@@ -5,13 +5,17 @@ Every run is a simulated training job published live (``mycroft simulate
 real ``mycroft streams worker`` processes (one consumer group), and scored
 outside the pipeline against the simulator's truth (``bench/campaign/score.py``).
 Several jobs run at once, as on a shared cluster; jobs are partitioned by id.
+With ``--two-stage`` the workers are the two-stage deployment of
+``streams/SCALING.md`` (one split worker, ``--workers`` stage-1 workers sharing
+each job's ``--comm-groups``, one resolver): the path for jobs one worker
+cannot carry.
 
 Latencies are measured on Kafka: an anomaly's or root cause's time is the
 broker timestamp of the record that carried it, and the onset is the truth's
 onset on the same (wall-clock) trace clock. Usage::
 
     python bench/campaign_live.py --ranks 64 --seeds 10 --concurrency 4
-    python bench/campaign_live.py --ranks 1024 --seeds 1 --concurrency 1
+    python bench/campaign_live.py --ranks 1024 --seeds 1 --concurrency 1 --two-stage
 
 Results: ``bench/results/campaign_live_<ranks>.json`` (rows and per-fault
 aggregates) and ``bench/results/campaign_live_<ranks>_cdf.png``.
@@ -27,7 +31,8 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +46,9 @@ from mycroft.producers.sim.faults import FAULTS  # noqa: E402
 from mycroft.schemas.records import Anomaly, RootCause  # noqa: E402
 from mycroft.streams.analyze import to_json  # noqa: E402
 from mycroft.streams.faust_settings import StreamSettings  # noqa: E402
+from mycroft.streams.faust_topics import ensure_topics  # noqa: E402
 from mycroft.streams.worker_process import WorkerProcess  # noqa: E402
-from mycroft.topics import TopicSet, partition_for  # noqa: E402
+from mycroft.topics import TopicSet, group_partition, partition_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
@@ -135,57 +141,100 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
-def _start_workers(n: int, bootstrap: str, work: Path) -> list[WorkerProcess]:
-    app_id = f"campaign-{uuid.uuid4().hex[:6]}"
+def _start_workers(
+    a: argparse.Namespace, bootstrap: str, work: Path
+) -> list[WorkerProcess]:
+    """Start the single-stage workers, or the stages of the two-stage path
+    (stage-1 workers and the resolver first, the split last)."""
+    base = StreamSettings(
+        bootstrap, app_id=f"campaign-{uuid.uuid4().hex[:6]}", partitions=PARTITIONS,
+        job_idle_s=15.0, comm_groups=a.comm_groups,
+    )  # fmt: skip
+    stages = (
+        ["comm"] * a.workers + ["job", "split"]
+        if a.two_stage
+        else ["single"] * a.workers
+    )
+    for stage in dict.fromkeys(stages):
+        ensure_topics(replace(base, stage=stage))
     procs = []
-    for i in range(n):
-        settings = StreamSettings(
-            bootstrap, app_id=app_id, partitions=PARTITIONS,
-            data_dir=str(work / f"faust{i}"), job_idle_s=15.0,
-        )  # fmt: skip
-        procs.append(WorkerProcess(settings, work / f"worker{i}.log"))
+    for i, stage in enumerate(stages):
+        settings = replace(base, stage=stage, data_dir=str(work / f"faust{i}"))
+        procs.append(WorkerProcess(settings, work / f"worker{i}-{stage}.log"))
         procs[-1].start(120)
     return procs
 
 
+Hop = tuple[str, list[str], Callable[[str], list[int]]]
+"""One consumer group on the way to the findings: (group id, topics it reads,
+the partitions a job's records take there)."""
+
+
 class Backlog:
-    """How far the workers' consumer group is behind on a job's partition.
+    """How far the workers' consumer groups are behind on a job's partitions.
 
     A run is scored once the workers committed past everything its job
     published (they commit right after each snapshot), plus ``--grace``: a
     worker that lags is then late on Kafka (which the latencies show) but
-    not cut off.
+    not cut off. The two-stage path has two hops: the split group past the
+    job's raw records, then the stage-1 group past what the split had written
+    for the job by then.
     """
 
-    def __init__(self, bootstrap: str, group: str, topics: TopicSet) -> None:
+    def __init__(self, bootstrap: str, hops: list[Hop]) -> None:
         from confluent_kafka import Consumer  # noqa: PLC0415
 
-        self.topics = [topics.state, topics.completion]
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  "enable.auto.commit": False})  # fmt: skip
+        self.hops = hops
+        self.consumers = [
+            Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": group,
+                    "enable.auto.commit": False,
+                }
+            )  # fmt: skip
+            for group, _, _ in hops
+        ]
 
-    def ends(self, job: str) -> list[Any]:
-        """The end offsets of ``job``'s partition now (call when it stopped)."""
+    def ends(self, job: str, hop: int = 0) -> list[Any]:
+        """The end offsets of ``job``'s partitions on hop ``hop``'s topics now."""
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
-        p = partition_for(job, PARTITIONS)
+        _, topics, parts = self.hops[hop]
+        consumer = self.consumers[hop]
         return [
-            TopicPartition(t, p, self.consumer.get_watermark_offsets(
+            TopicPartition(t, p, consumer.get_watermark_offsets(
                 TopicPartition(t, p), timeout=10)[1])
-            for t in self.topics
+            for t in topics for p in parts(job)
         ]  # fmt: skip
 
-    def caught_up(self, ends: list[Any]) -> bool:
-        """Whether the group committed up to ``ends``."""
+    def caught_up(self, ends: list[Any], hop: int = 0) -> bool:
+        """Whether hop ``hop``'s group committed up to ``ends``."""
         from confluent_kafka import TopicPartition  # noqa: PLC0415
 
         asked = [TopicPartition(e.topic, e.partition) for e in ends]
-        done = self.consumer.committed(asked, timeout=10)
+        done = self.consumers[hop].committed(asked, timeout=10)
         return all(d.offset >= e.offset for d, e in zip(done, ends, strict=True))
 
     def close(self) -> None:
-        """Release the client (it never joined the group)."""
-        self.consumer.close()
+        """Release the clients (they never joined the groups)."""
+        for c in self.consumers:
+            c.close()
+
+
+def _hops(
+    a: argparse.Namespace, workers: list[WorkerProcess], topics: TopicSet
+) -> list[Hop]:
+    app = workers[0].settings.app_id
+    raw = [topics.state, topics.completion]
+    if not a.two_stage:
+        return [(app, raw, lambda job: [partition_for(job, PARTITIONS)])]
+    groups = range(a.comm_groups)
+    return [
+        (f"{app}-split", raw, lambda job: [partition_for(job, PARTITIONS)]),
+        (f"{app}-comm", [topics.split_state],
+         lambda job: sorted({group_partition(job, g, PARTITIONS) for g in groups})),
+    ]  # fmt: skip
 
 
 @dataclass
@@ -197,6 +246,7 @@ class Run:
     proc: subprocess.Popen[bytes]
     ended: float | None = None
     ends: list[Any] = field(default_factory=list)
+    hop: int = 0
     caught_up: float | None = None
 
 
@@ -238,10 +288,10 @@ def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
         bootstrap = broker.start()
         topics = TopicSet(partitions=PARTITIONS)
         create_topics(bootstrap, topics)
-        workers = _start_workers(a.workers, bootstrap, work)
+        workers = _start_workers(a, bootstrap, work)
         collector = Collector(bootstrap, topics)
         collector.start()
-        backlog = Backlog(bootstrap, workers[0].settings.app_id, topics)
+        backlog = Backlog(bootstrap, _hops(a, workers, topics))
         running: list[Run] = []
         try:
             while queue or running:
@@ -254,10 +304,14 @@ def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
                         run.ended, run.ends = now, backlog.ends(run.job_id)
                     if run.ended is None:
                         continue
-                    if run.caught_up is None and (
-                        backlog.caught_up(run.ends) or now - run.ended > a.max_wait
-                    ):
+                    if run.caught_up is None and now - run.ended > a.max_wait:
                         run.caught_up = now
+                    elif run.caught_up is None and backlog.caught_up(run.ends, run.hop):
+                        if run.hop + 1 < len(backlog.hops):
+                            run.hop += 1
+                            run.ends = backlog.ends(run.job_id, run.hop)
+                        else:
+                            run.caught_up = now
                     if run.caught_up is not None and now - run.caught_up > a.grace:
                         running.remove(run)
                         row = _score(run, collector, a)
@@ -287,7 +341,12 @@ def main() -> int:
     p.add_argument("--healthy-runs", type=int, default=2)
     p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
     p.add_argument("--concurrency", type=int, default=4, help="jobs at once")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2,
+                   help="workers (stage-1 workers with --two-stage)")  # fmt: skip
+    p.add_argument("--two-stage", action="store_true",
+                   help="the stages of streams/SCALING.md")  # fmt: skip
+    p.add_argument("--comm-groups", type=int, default=4,
+                   help="comm groups per job with --two-stage")  # fmt: skip
     p.add_argument(
         "--workdir", type=Path, help="keep logs, truths and each job's findings here"
     )
@@ -306,6 +365,7 @@ def main() -> int:
     doc = {
         "command": " ".join(["python bench/campaign_live.py", *sys.argv[1:]]),
         "ranks": a.ranks, "seeds": a.seeds, "workers": a.workers,
+        "two_stage": a.two_stage, "comm_groups": a.comm_groups if a.two_stage else None,
         "concurrency": a.concurrency, "duration_s": a.duration,
         "wall_s": round(time.time() - started, 1),
         "per_fault": aggregate(rows), "paper": paper_comparison(rows), "rows": rows,

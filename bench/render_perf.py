@@ -145,11 +145,24 @@ def fault_table(per_fault: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _live_campaign(r: dict[str, Any]) -> list[str]:
+    workers = (
+        f"the two-stage path (1 split worker, {r['workers']} stage-1 workers "
+        f"sharing {r['comm_groups']} comm groups per job, 1 resolver)"
+        if r.get("two_stage")
+        else f"{r['workers']} Faust workers"
+    )
+    catch = sorted(x["catch_up_s"] for x in r["rows"] if "catch_up_s" in x)
+    lag = (
+        f" The workers committed past a job's last record {catch[len(catch) // 2]:g} s "
+        f"(median; max {catch[-1]:g} s) after it ended."
+        if catch
+        else ""
+    )
     rows = [
         f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
         f"{r['duration_s']:g} simulated s per run published live (wall-clock "
         f"pace) into a real broker, {r['concurrency']} jobs at a time, "
-        f"{r['workers']} Faust workers; whole campaign {r['wall_s']} s. "
+        f"{workers}; whole campaign {r['wall_s']} s.{lag} "
         "Latencies are broker timestamps of "
         "the anomaly / root-cause records minus the injected onset (seconds).",
         "",

@@ -1,0 +1,228 @@
+"""The hot paths of the core against plain reference implementations.
+
+Completion ingest, baselines, flow-gap lookup and the hang check are written
+for speed (sorted windows, grouped rows, per-snapshot indexes, reductions);
+each must give exactly what the obvious code gives.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
+from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
+from mycroft.schemas.records import BatchHeader, CompletionBatch
+from mycroft.schemas.vocab import OP_NAMES, SEND
+from mycroft.streams.analyze import Replay
+from mycroft.streams.core.baseline import RobustBaseline, _median, _median_abs_dev
+from mycroft.streams.core.completions import (
+    CollectiveStat,
+    CompletionTracker,
+    matching_kind,
+    small_median,
+)
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import (
+    GAP_CLOCK_SLACK_NS,
+    comm_last_progress,
+    op_flow_gaps,
+)
+from mycroft.streams.core.engine import Analyzer
+from mycroft.streams.core.progress import ProgressStore
+
+MS = 1_000_000
+
+
+def _mad_reference(values: list[float]) -> float:
+    med = float(np.median(values))
+    return float(np.median(np.abs(np.asarray(values) - med)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_mad_selected_from_the_sorted_window_is_the_sorted_mad(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(400):
+        n = rng.randint(1, 70)
+        draw = rng.choice(
+            [rng.random, lambda: float(rng.randint(0, 4)), lambda: rng.gauss(0, 1e6)]
+        )
+        ordered = sorted(draw() for _ in range(n))
+        med = _median(ordered)
+        assert med == float(np.median(ordered))
+        assert _median_abs_dev(ordered, med) == _mad_reference(ordered)
+    assert _median_abs_dev([], 0.0) == 0.0
+
+
+def test_baseline_window_stays_sorted_through_learning_and_eviction() -> None:
+    cfg = DetectorConfig()
+    base = RobustBaseline(window=16)
+    rng = random.Random(3)
+    for i in range(300):
+        value = rng.gauss(100.0, 5.0) if i % 37 else 1e4  # some out-of-band spikes
+        base.observe(value, cfg, 1.0)
+        assert base.ordered == sorted(base.values)
+        assert len(base.values) <= 16
+        if base.values:
+            med, sigma = base.stats()
+            assert med == float(np.median(list(base.values)))
+            assert sigma == pytest.approx(1.4826 * _mad_reference(list(base.values)))
+    assert 1e4 not in base.values  # spikes were judged, not learned
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 33])
+def test_small_median_is_numpys(n: int) -> None:
+    rng = np.random.default_rng(n)
+    ints = rng.integers(1 << 60, (1 << 60) + 10**9, n, dtype=np.int64)
+    floats = rng.normal(0, 1e6, n)
+    assert small_median(ints) == float(np.median(ints))
+    assert small_median(floats) == float(np.median(floats))
+
+
+def _batch(rows: list[tuple[int, int, int, int, int, int]]) -> CompletionBatch:
+    """(rank, comm, seq, kind, bytes, end_ns) rows -> one host's batch."""
+    op = empty(DONE_OP_COLUMNS, len(rows))
+    for i, (rank, comm, seq, kind, nbytes, end) in enumerate(rows):
+        op[i] = (rank, comm, seq, kind, nbytes, end - 5 * MS, end - 3 * MS, end, 0)
+    header = BatchHeader("j", "h", 1, 0, 0, 100)
+    return CompletionBatch(header, op)
+
+
+def _deliveries(
+    rng: random.Random, members: dict[int, list[int]]
+) -> Iterator[list[tuple[int, int, int, int, int, int]]]:
+    """Every member's completion of 6 ops per comm, shuffled, in random small
+    batches. In the first comm, the first rank to report op 2 reports it
+    again right away (the copy must be ignored) and one rank reports op 4
+    with another size (a mismatch)."""
+    allreduce, send, recv = (OP_NAMES.index(k) for k in ("allreduce", "send", "recv"))
+    rows = []
+    for comm, ranks in members.items():
+        for seq in range(6):
+            for i, r in enumerate(ranks):
+                kind = allreduce if len(ranks) > 2 else (send, recv)[i]
+                nbytes = 1 << (
+                    21 if (comm, seq, i) == (next(iter(members)), 4, 1) else 20
+                )
+                rows.append((r, comm, seq, kind, nbytes, (seq + 1) * 100 * MS + r * MS))
+    rng.shuffle(rows)
+    first = next(iter(members))
+    at = next(i for i, row in enumerate(rows) if row[1:3] == (first, 2))
+    rows.insert(at + 1, (*rows[at][:5], 999 * MS))
+    while rows:
+        k = rng.randint(1, 7)
+        yield rows[:k]
+        rows = rows[k:]
+
+
+def test_tracker_joins_each_collective_once_as_the_naive_join_does() -> None:
+    # Comm hashes above 2^63 check the unsigned grouping order too.
+    members = {(1 << 63) + 5: [0, 1, 2, 3, 4, 5, 6, 7], 17: [3, 11], 9: [0, 8, 16, 24]}
+    sizes = {c: len(r) for c, r in members.items()}
+    tracker = CompletionTracker()
+    seen: dict[tuple[int, int], dict[int, tuple[int, int, int, int]]] = {}
+    got: list[CollectiveStat] = []
+    for batch_rows in _deliveries(random.Random(7), members):
+        expected_keys = []
+        for rank, comm, seq, kind, nbytes, end in batch_rows:
+            per = seen.setdefault((comm, seq), {})
+            done_before = len(per) == sizes[comm]
+            per.setdefault(rank, (kind, nbytes, end, rank))
+            if len(per) == sizes[comm] and not done_before:
+                expected_keys.append((comm, seq))
+        out = tracker.ingest(_batch(batch_rows), sizes, 0)
+        assert [(s.comm, s.seq) for s in out] == sorted(set(expected_keys))
+        got.extend(out)
+    assert len(got) == 18
+    for st in got:
+        first = seen[(st.comm, st.seq)]
+        assert st.ranks.tolist() == sorted(members[st.comm])
+        assert st.end_ns.tolist() == [first[r][2] for r in sorted(first)]
+        kinds = matching_kind(np.array([first[r][0] for r in first], np.uint8))
+        assert st.kind == int(np.bincount(kinds).argmax())
+    sigs = tracker.signatures[(next(iter(members)), 4)]
+    assert sorted(len(v) for v in sigs.values()) == [1, 7]  # the odd size stands out
+    for by_sig in tracker.signatures.values():
+        ranks = [r for lst in by_sig.values() for r in lst]
+        assert len(ranks) == len(set(ranks))
+
+
+@pytest.fixture(scope="module")
+def fed() -> Analyzer:
+    """A 64-rank analyzer fed 8 s of a NIC slowdown (flows with real gaps)."""
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=8.0, seed=4, job_id="fast")
+    replay = Replay()
+    simulate(cfg, [parse_spec("nic-bandwidth:rank=9,at=3,severity=0.7")], replay)
+    return replay.analyzers["fast"]
+
+
+def _last_progress_reference(store: ProgressStore) -> dict[int, tuple[int, int, bool]]:
+    s, ops = store.slots, store.in_flight_ops()
+    host_tick = store.host_tick_of_slots()
+    prog = np.maximum(s["issued_change_ns"], s["done_change_ns"])
+    out = {}
+    for comm in sorted(set(s["comm"].tolist())):
+        m = s["comm"] == comm
+        last = int(prog[m].max())
+        in_op = ops["comm"] == comm
+        if in_op.any():
+            last = max(last, int(ops["prog_ns"][in_op].max()))
+        busy = bool((s["issued"][m] > s["done"][m]).any()) or bool(
+            (s["done"][m] < s["issued"][m].max()).any()
+        )
+        out[comm] = (last, int(host_tick[m].max()), busy)
+    return out
+
+
+def test_comm_progress_reductions_match_a_mask_per_comm(fed: Analyzer) -> None:
+    store = fed.ctx.store
+    assert len(store.in_flight_ops())
+    assert comm_last_progress(store) == _last_progress_reference(store)
+
+
+def _gaps_reference(
+    fed: Analyzer, st: CollectiveStat
+) -> dict[int, tuple[float, float]]:
+    topo = fed.ctx.topo
+    hosts = {topo.host_of(r) for r in st.ranks.tolist()}
+    if len(hosts) < 2:
+        return {}
+    cutoff = int(st.issue_ns.min()) - GAP_CLOCK_SLACK_NS
+    parts = [
+        snap[(snap["comm"] == st.comm) & (snap["seq"] == st.seq)]
+        for h in hosts
+        for snap in fed.ctx.store.hosts[h].history
+        if int(snap["tick_ns"][0]) >= cutoff
+    ]
+    rows = np.concatenate(parts)
+    rows = rows[
+        (rows["dir"] == SEND) & (rows["gpu_ready"] > 0) & (rows["done"] < rows["total"])
+    ]
+    out = {}
+    for rank in sorted(set(rows["rank"].tolist())):
+        f = rows[rows["rank"] == rank]
+        f = f[[topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]]
+        if len(f):
+            out[rank] = (
+                float(np.median(f["gpu_ready"] - f["transmitted"])),
+                float(np.median(f["transmitted"] - f["done"])),
+            )
+    return out
+
+
+def test_flow_gaps_from_the_send_index_match_a_snapshot_scan(fed: Analyzer) -> None:
+    oldest = min(int(h.history[0]["tick_ns"][0]) for h in fed.ctx.store.hosts.values())
+    stats = [
+        s for s in fed.stats if int(s.issue_ns.min()) - GAP_CLOCK_SLACK_NS > oldest
+    ]
+    found = 0
+    for st in stats:
+        fast = op_flow_gaps(fed.ctx, st)
+        assert fast == _gaps_reference(fed, st), (st.comm, st.seq)
+        found += bool(fast)
+    assert found >= 10  # the comparison covered ops caught in flight
