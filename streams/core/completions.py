@@ -123,6 +123,39 @@ def _stack_rows(parts: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _group_by_op(
+    op: np.ndarray,
+) -> tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int] | None], list[int]]:
+    """Sort one batch's op rows by (comm, seq), unsigned, keeping arrival order
+    within an op (stable sort).
+
+    Returns:
+        ``(rows, keys, sigs, bounds)``: the sorted rows; per op its
+        ``(comm, seq)``, its signature ``(matching kind, bytes)`` when all its
+        rows agree (else None), and its rows ``rows[bounds[i]:bounds[i + 1]]``.
+        Per-op facts come from ``reduceat`` over all ops at once.
+    """
+    comm, seq = op["comm"].astype(np.uint64), op["seq"].astype(np.uint64)
+    order = np.lexsort((seq, comm))
+    op, comm, seq = op[order], comm[order], seq[order]
+    cut = np.flatnonzero((comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])) + 1
+    starts = np.concatenate([[0], cut])
+    kinds, nbytes = matching_kind(op["kind"]), op["bytes"]
+    kind0 = np.minimum.reduceat(kinds, starts)
+    bytes0 = np.minimum.reduceat(nbytes, starts)
+    agree = (kind0 == np.maximum.reduceat(kinds, starts)) & (
+        bytes0 == np.maximum.reduceat(nbytes, starts)
+    )
+    keys = list(zip(comm[starts].tolist(), seq[starts].tolist(), strict=True))
+    sigs: list[tuple[int, int] | None] = [
+        (k, b) if ok else None
+        for k, b, ok in zip(
+            kind0.tolist(), bytes0.tolist(), agree.tolist(), strict=True
+        )
+    ]
+    return op, keys, sigs, [*starts.tolist(), len(op)]
+
+
 class CompletionTracker:
     """Collects per-rank completions until every member of the comm reported."""
 
@@ -146,38 +179,22 @@ class CompletionTracker:
         op = batch.op
         if not len(op):
             return []
-        # Group rows by (comm, seq) in unsigned order; the sort is stable, so
-        # each group keeps the rows' arrival order. Per-group facts are taken
-        # for all groups at once (reduceat), then read as Python lists.
-        comm, seq = op["comm"].astype(np.uint64), op["seq"].astype(np.uint64)
-        order = np.lexsort((seq, comm))
-        op, comm, seq = op[order], comm[order], seq[order]
-        cut = np.flatnonzero((comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])) + 1
-        starts = np.concatenate([[0], cut])
-        kinds, nbytes = matching_kind(op["kind"]), op["bytes"]
-        kind0 = np.minimum.reduceat(kinds, starts)
-        bytes0 = np.minimum.reduceat(nbytes, starts)
-        uniform = (kind0 == np.maximum.reduceat(kinds, starts)) & (
-            bytes0 == np.maximum.reduceat(nbytes, starts)
-        )
+        op, keys, sigs, bounds = _group_by_op(op)
         ranks = op["rank"].tolist()
-        bounds = [*starts.tolist(), len(op)]
         done: list[CollectiveStat] = []
-        for g, (key, sig, same) in enumerate(
-            zip(
-                zip(comm[starts].tolist(), seq[starts].tolist(), strict=True),
-                zip(kind0.tolist(), bytes0.tolist(), strict=True),
-                uniform.tolist(),
-                strict=True,
-            )
-        ):
+        for g, (key, sig) in enumerate(zip(keys, sigs, strict=True)):
             lo, hi = bounds[g], bounds[g + 1]
             group = ranks[lo:hi]
-            if same:
+            if sig is not None:
                 self._record_signature(key, sig, group)
-            else:
+            else:  # the host's members disagree: row by row
+                rows = op[lo:hi]
                 for row_sig, rank in zip(
-                    zip(kinds[lo:hi].tolist(), nbytes[lo:hi].tolist(), strict=True),
+                    zip(
+                        matching_kind(rows["kind"]).tolist(),
+                        rows["bytes"].tolist(),
+                        strict=True,
+                    ),
                     group,
                     strict=True,
                 ):
