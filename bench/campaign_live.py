@@ -345,7 +345,7 @@ def main() -> int:
                    help="workers (stage-1 workers with --two-stage)")  # fmt: skip
     p.add_argument("--two-stage", action="store_true",
                    help="the stages of streams/SCALING.md")  # fmt: skip
-    p.add_argument("--comm-groups", type=int, default=4,
+    p.add_argument("--comm-groups", type=int, default=PARTITIONS,
                    help="comm groups per job with --two-stage")  # fmt: skip
     p.add_argument(
         "--workdir", type=Path, help="keep logs, truths and each job's findings here"

@@ -86,6 +86,25 @@ class RobustBaseline:
     shift: bool = False  # the last observe() saw a sustained shift
     _stats: tuple[float, float] | None = None
 
+    def __getstate__(self) -> tuple[int, list[float], list[bool], list[float], bool]:
+        """Pickle (worker snapshots) as plain lists: a 1,024-rank job holds
+        thousands of baselines; the sorted copy and the cache are rebuilt."""
+        return (
+            self.window,
+            list(self.values),
+            list(self.recent),
+            list(self.last),
+            self.shift,
+        )
+
+    def __setstate__(
+        self, state: tuple[int, list[float], list[bool], list[float], bool]
+    ) -> None:
+        """Restore from :meth:`__getstate__`."""
+        self.window, values, recent, last, self.shift = state
+        self.values, self.ordered = deque(values), sorted(values)
+        self.recent, self.last, self._stats = deque(recent), deque(last), None
+
     def stats(self) -> tuple[float, float]:
         """Return ``(median, sigma)`` of the kept samples (sigma = 1.4826 MAD)."""
         if self._stats is None:

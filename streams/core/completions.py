@@ -59,6 +59,33 @@ class CollectiveStat:
     end_ns: np.ndarray
     prev_issue_ns: np.ndarray
 
+    def __getstate__(self) -> tuple[int, int, int, int, str, bytes]:
+        """Pickle (worker snapshots) as one block of int64 columns: a snapshot
+        holds thousands of these, and a numpy array each costs more to pickle
+        than its data. Cached properties are not kept."""
+        cols = np.stack(
+            [self.ranks.astype(np.int64), self.issue_ns, self.start_ns, self.end_ns]
+            + [self.prev_issue_ns]
+        ).astype(np.int64)
+        return (
+            self.comm,
+            self.seq,
+            self.kind,
+            self.nbytes,
+            self.ranks.dtype.str,
+            cols.tobytes(),
+        )
+
+    def __setstate__(self, state: tuple[int, int, int, int, str, bytes]) -> None:
+        """Restore from :meth:`__getstate__`."""
+        comm, seq, kind, nbytes, rank_dtype, blob = state
+        cols = np.frombuffer(blob, dtype=np.int64).reshape(5, -1).copy()
+        fields = {"comm": comm, "seq": seq, "kind": kind, "nbytes": nbytes}
+        fields |= {"ranks": cols[0].astype(rank_dtype), "issue_ns": cols[1]}
+        fields |= {"start_ns": cols[2], "end_ns": cols[3], "prev_issue_ns": cols[4]}
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
     @cached_property
     def begin_ns(self) -> np.ndarray:
         """Per-rank kernel start (first progress), the issue time if unknown.

@@ -7,6 +7,7 @@ each must give exactly what the obvious code gives.
 
 from __future__ import annotations
 
+import pickle
 import random
 from collections.abc import Iterator
 
@@ -226,3 +227,33 @@ def test_flow_gaps_from_the_send_index_match_a_snapshot_scan(fed: Analyzer) -> N
         assert fast == _gaps_reference(fed, st), (st.comm, st.seq)
         found += bool(fast)
     assert found >= 10  # the comparison covered ops caught in flight
+
+
+def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) -> None:
+    cfg = DetectorConfig()
+    base = RobustBaseline(window=8)
+    for v in (5.0, 7.0, 6.0, 6.5, 90.0, 6.2, 5.9, 6.1, 6.3, 6.0):
+        base.observe(v, cfg, 0.5, shift=True)
+    back = pickle.loads(pickle.dumps(base))
+    assert (list(back.values), back.ordered) == (list(base.values), base.ordered)
+    assert (list(back.recent), list(back.last), back.shift) == (
+        list(base.recent),
+        list(base.last),
+        base.shift,
+    )
+    assert back.stats() == base.stats()
+    assert back.observe(30.0, cfg, 0.5) == base.observe(30.0, cfg, 0.5)
+    st = fed.stats[-1]
+    _ = st.begin_ns  # a cached property is not part of the snapshot
+    copy = pickle.loads(pickle.dumps(st))
+    assert "begin_ns" not in copy.__dict__
+    assert (copy.comm, copy.seq, copy.kind, copy.nbytes) == (
+        st.comm,
+        st.seq,
+        st.kind,
+        st.nbytes,
+    )
+    for name in ("ranks", "issue_ns", "start_ns", "end_ns", "prev_issue_ns"):
+        assert getattr(copy, name).dtype == getattr(st, name).dtype
+        assert getattr(copy, name).tolist() == getattr(st, name).tolist()
+    assert copy.lateness_ns().tolist() == st.lateness_ns().tolist()
