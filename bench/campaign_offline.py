@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,6 +40,30 @@ OUT = RESULTS / "campaign_offline.json"
 PNG = RESULTS / "campaign_offline_cdf.png"
 SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 HANG_KINDS = ("hang", "mismatch")
+
+
+def source_commit() -> str:
+    """The measured source: ``git describe`` of the checkout ("+changes" when
+    it differs from the commit), or ``"unknown"`` outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")  # fmt: skip
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -190,6 +215,8 @@ def main() -> int:
     }
     doc["rules"] = "see bench/campaign/score.py (module docstring)"
     doc["sizes"][str(args.size)] = {
+        "command": " ".join(["python bench/campaign_offline.py", *sys.argv[1:]]),
+        "commit": source_commit(),
         "shape": {"tp": tp, "pp": pp, "dp": dp},
         "seeds_per_fault": args.seeds,
         "duration_s": args.duration,

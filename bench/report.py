@@ -97,6 +97,47 @@ def _campaign(r: dict[str, Any]) -> list[str]:
             f"on {part.get('workers', r.get('machine', {}).get('workers'))} worker(s).",
             "",
         ]
+        if part.get("command"):
+            lines += [f"This part: `{part['command']}` at {part.get('commit')}.", ""]
+    return lines
+
+
+def _culprit(run: dict[str, Any] | None) -> str:
+    if run is None:
+        return "-"
+    d = run.get("diagnosis") or {}
+    ok = "right" if run["rank_ok"] and run["component_ok"] else "wrong"
+    return f"{d.get('rank')} {d.get('component')} ({ok})"
+
+
+def _campaign_rerun(r: dict[str, Any]) -> list[str]:
+    """Some campaign runs again with the current analyzer, beside the same
+    runs (fault, seed, size, duration) in ``campaign_offline.json``."""
+    main = json.loads((RESULTS / "campaign_offline.json").read_text())
+    lines = [
+        "The same runs (fault, seed, job size, duration) as in the campaign "
+        "above, analyzed again by the analyzer of the commit given here. Where "
+        "the two columns differ, the campaign table predates that analyzer: "
+        "rerun it with its command.",
+        "",
+    ]
+    for size, part in sorted(r["sizes"].items(), key=lambda kv: int(kv[0])):
+        ref = main["sizes"].get(size, {})
+        before = {(x["fault"], x["seed"]): x for x in ref.get("runs", [])}
+        ref_commit = ref.get("commit", "commit not recorded")
+        lines += [
+            f"### {size} ranks: `{part.get('command', '-')}` at "
+            f"{part.get('commit', 'an unrecorded commit')}",
+            "",
+            *fault_table(part["per_fault"]),
+            "",
+            f"| fault | seed | campaign table ({ref_commit}) | this rerun |",
+            "|---|---|---|---|",
+        ]
+        for x in part["runs"]:
+            old = _culprit(before.get((x["fault"], x["seed"])))
+            lines.append(f"| {x['fault']} | {x['seed']} | {old} | {_culprit(x)} |")
+        lines.append("")
     return lines
 
 
@@ -106,6 +147,12 @@ RENDERERS = {
         "python bench/campaign_offline.py --size 64 --seeds 10 --duration 24 "
         "--healthy-runs 3 --healthy-duration 60",
         _campaign,
+    ),
+    "campaign_offline_rerun": (
+        "Offline fault campaign: runs analyzed again by a newer analyzer",
+        "python bench/campaign_offline.py --size 1024 --seeds 2 --first-seed 1 "
+        "--faults ... --healthy-runs 0 --out bench/results/campaign_offline_rerun.json",
+        _campaign_rerun,
     ),
     "broker_startup": (
         "Kafka broker start-up and memory",
