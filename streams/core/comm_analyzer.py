@@ -214,7 +214,7 @@ class CommAnalyzer:
         key = (first, FaultKind.SLOWDOWN)
         local = self._local.get(key)
         if local is None or now_ns - local.computed_ns >= self.refresh_ns:
-            recent = [s for s in self.inner.stats if int(s.end_ns.max()) >= since]
+            recent = self.inner.stats.since(since)
             culprits, evidence = explain_slowdown(self.inner.ctx, recent, since)
             kept = [c for c in culprits if c.confidence >= 0.2][:MAX_CULPRITS]
             local = self._local[key] = _Local(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -85,6 +87,11 @@ class CollectiveStat:
         fields |= {"start_ns": cols[2], "end_ns": cols[3], "prev_issue_ns": cols[4]}
         for name, value in fields.items():
             object.__setattr__(self, name, value)
+
+    @cached_property
+    def last_end_ns(self) -> int:
+        """Completion of the last member (host clock of that member)."""
+        return int(self.end_ns.max())
 
     @cached_property
     def begin_ns(self) -> np.ndarray:
@@ -289,3 +296,58 @@ class CompletionTracker:
         if len(self.signatures) > keep_sigs * 4:
             for k in sorted(self.signatures, key=lambda k: k[1])[:-keep_sigs]:
                 del self.signatures[k]
+
+
+class RecentStats:
+    """The last ``per_comm`` completed collectives of every communicator.
+
+    One bounded deque for the whole job would hold a fraction of a second at
+    scale (a 1,024-rank job completes ~18,000 collectives per second, mostly
+    pipeline send/recv and tensor-parallel ops), flushing the data-parallel
+    ops that a slowdown's root cause compares ranks on. Per communicator,
+    every group keeps its recent ops whatever the others' rate.
+    """
+
+    def __init__(self, per_comm: int = 64) -> None:
+        self.per_comm = per_comm
+        self._by_comm: dict[int, deque[CollectiveStat]] = {}
+
+    def append(self, stat: CollectiveStat) -> None:
+        """Keep ``stat``, dropping its comm's oldest beyond ``per_comm``."""
+        kept = self._by_comm.get(stat.comm)
+        if kept is None:
+            kept = self._by_comm[stat.comm] = deque(maxlen=self.per_comm)
+        kept.append(stat)
+
+    def since(self, t_ns: int) -> list[CollectiveStat]:
+        """Collectives that ended (last member) at or after ``t_ns``, in order
+        of completion (ties by comm and seq)."""
+        found = [
+            (s.last_end_ns, s.comm, s.seq, s)
+            for kept in self._by_comm.values()
+            for s in kept
+            if s.last_end_ns >= t_ns
+        ]
+        found.sort(key=lambda x: x[:3])
+        return [x[3] for x in found]
+
+    def newest_ns(self) -> int:
+        """Completion of the newest kept collective (0 when empty)."""
+        return max(
+            (kept[-1].last_end_ns for kept in self._by_comm.values() if kept), default=0
+        )
+
+    def keep_since(self, t_ns: int) -> None:
+        """Forget collectives that ended before ``t_ns`` (snapshots)."""
+        for comm in list(self._by_comm):
+            kept = [s for s in self._by_comm[comm] if s.last_end_ns >= t_ns]
+            if kept:
+                self._by_comm[comm] = deque(kept, maxlen=self.per_comm)
+            else:
+                del self._by_comm[comm]
+
+    def __len__(self) -> int:
+        return sum(len(kept) for kept in self._by_comm.values())
+
+    def __iter__(self) -> Iterator[CollectiveStat]:
+        return iter(self.since(-(1 << 62)))

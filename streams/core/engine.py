@@ -7,7 +7,6 @@ timer; both are pure with respect to time: ``now_ns`` is always handed in.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -24,7 +23,7 @@ from mycroft.schemas.records import (
 )
 from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.baseline import BaselineBook
-from mycroft.streams.core.completions import CollectiveStat, CompletionTracker
+from mycroft.streams.core.completions import CompletionTracker, RecentStats
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import (
     DetectContext,
@@ -106,7 +105,7 @@ class Analyzer:
         )
         self.tracker = CompletionTracker()
         self.dedup = Dedup()
-        self.stats: deque[CollectiveStat] = deque(maxlen=2048)
+        self.stats = RecentStats()
         self.incident: Incident | None = None
         self.closed: list[Incident] = []
         self._pending: list[Anomaly] = []
@@ -120,13 +119,14 @@ class Analyzer:
         restore looks back to its op's issue). Baselines keep what was
         learned from the rest."""
         state = dict(self.__dict__)
-        if self.stats:
-            newest = max(int(s.end_ns.max()) for s in self.stats)
-            since = newest - _SNAPSHOT_STATS_NS
+        if len(self.stats):
+            since = self.stats.newest_ns() - _SNAPSHOT_STATS_NS
             if self.incident is not None:
                 since = min(since, self.incident.onset_ns)
-            kept = [s for s in self.stats if int(s.end_ns.max()) >= since]
-            state["stats"] = deque(kept, maxlen=self.stats.maxlen)
+            kept = RecentStats(self.stats.per_comm)
+            for s in self.stats.since(since):
+                kept.append(s)
+            state["stats"] = kept
         return state
 
     def ingest(self, record: Record, now_ns: int) -> None:
@@ -265,8 +265,7 @@ class Analyzer:
             )
             return hung
         since = min(a.onset_ns for a in anomalies)
-        recent = [s for s in self.stats if int(s.end_ns.max()) >= since]
-        culprits, ev = explain_slowdown(self.ctx, recent, since)
+        culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
         return [c for c in culprits if c.confidence >= 0.2][:8], ev
 
 

@@ -25,6 +25,7 @@ from mycroft.streams.core.baseline import RobustBaseline, _median, _median_abs_d
 from mycroft.streams.core.completions import (
     CollectiveStat,
     CompletionTracker,
+    RecentStats,
     matching_kind,
     small_median,
 )
@@ -243,7 +244,7 @@ def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) ->
     )
     assert back.stats() == base.stats()
     assert back.observe(30.0, cfg, 0.5) == base.observe(30.0, cfg, 0.5)
-    st = fed.stats[-1]
+    st = list(fed.stats)[-1]
     _ = st.begin_ns  # a cached property is not part of the snapshot
     copy = pickle.loads(pickle.dumps(st))
     assert "begin_ns" not in copy.__dict__
@@ -257,3 +258,25 @@ def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) ->
         assert getattr(copy, name).dtype == getattr(st, name).dtype
         assert getattr(copy, name).tolist() == getattr(st, name).tolist()
     assert copy.lateness_ns().tolist() == st.lateness_ns().tolist()
+
+
+def _op(comm: int, seq: int, end_ms: int) -> CollectiveStat:
+    t = np.full(2, end_ms * MS, np.int64)
+    return CollectiveStat(
+        comm, seq, 0, 1, np.array([0, 1], np.int32), t - MS, t - MS, t, t - 2 * MS
+    )
+
+
+def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
+    recent = RecentStats(per_comm=4)
+    recent.append(_op(1, 0, 10))  # a slow data-parallel op
+    for seq in range(1000):  # a flood of point-to-point ops
+        recent.append(_op(2, seq, 11 + seq))
+    assert len(recent) == 5
+    assert [(s.comm, s.seq) for s in recent.since(0)] == [(1, 0)] + [
+        (2, s) for s in range(996, 1000)
+    ]
+    assert [s.seq for s in recent.since(1009 * MS)] == [998, 999]
+    assert recent.newest_ns() == 1010 * MS
+    recent.keep_since(1009 * MS)
+    assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
