@@ -109,7 +109,7 @@ class CollectiveStat:
         """First enqueue to last completion, queueing behind compute included."""
         return int(self.end_ns.max() - self.issue_ns.min())
 
-    @property
+    @cached_property
     def span_ns(self) -> int:
         """First arrival (kernel start) to last completion: what the op cost."""
         return int(self.end_ns.max() - self.begin_ns.min())

@@ -33,7 +33,7 @@ import numpy as np
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import SEND, Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.completions import CollectiveStat, small_median
 from mycroft.streams.core.detect import DetectContext, role_gap_baseline
 from mycroft.streams.core.rca_hang import Suspect, _rank
 
@@ -154,33 +154,74 @@ def _late_scores(
     groups and late only in the groups that cross hosts, which the mixed
     median hides (used by the whole-host rule only).
     """
-    late: dict[int, list[float]] = {}
-    endl: dict[int, list[float]] = {}
-    per_comm: dict[tuple[int, int], list[float]] = {}
-    early: set[int] = set()
+    if not stats:
+        return {}, {}, set(), {}
     # Waiting in a group means arriving early by a real margin: a fraction of
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
     early_floor = ctx.cfg.late_floor_s * 1e9
-    for st in stats:
-        lt, el = st.lateness_ns(), st.end_lag_ns()
-        span = max(float(st.span_ns), 1.0)
-        early_cut = max(0.3 * span, early_floor)
-        for r, lv, ev in zip(st.ranks.tolist(), lt.tolist(), el.tolist(), strict=True):
-            base = ctx.book.find((st.comm, r, "late"))
-            ref = base.stats()[0] if base is not None and base.warm else 0.0
-            late.setdefault(r, []).append(lv - ref)
-            per_comm.setdefault((st.comm, r), []).append(lv - ref)
-            endl.setdefault(r, []).append(ev)
-            if lv - ref < -early_cut:
-                early.add(r)
-    agg = {r: float(np.median(v)) for r, v in late.items()}
-    agg_end = {r: float(np.median(v)) for r, v in endl.items()}
+    e = _member_rows(stats, early_floor)
+    pairs = list(zip(e["comm"].tolist(), e["rank"].tolist(), strict=True))
+    refs: dict[tuple[int, int], float] = {}
+    for pair in dict.fromkeys(pairs):
+        base = ctx.book.find((*pair, "late"))
+        refs[pair] = base.stats()[0] if base is not None and base.warm else 0.0
+    excess = e["late"] - np.array([refs[p] for p in pairs])
+    early = set(e["rank"][excess < -e["cut"]].tolist())
+    by_rank = _groups(e["rank"].tolist())
+    agg = {r: small_median(excess[i]) for r, i in by_rank.items()}
+    agg_end = {r: small_median(e["end_lag"][i]) for r, i in by_rank.items()}
     worst: dict[int, float] = {}
-    for (_, r), v in per_comm.items():
-        med = float(np.median(v))
+    for (_, r), i in _groups(pairs).items():
+        med = small_median(excess[i])
         worst[r] = max(worst.get(r, med), med)
     return agg, agg_end, early, worst
+
+
+_MEMBER_ROW = np.dtype(
+    [
+        ("comm", "<u8"),
+        ("rank", "<i8"),
+        ("late", "<f8"),
+        ("end_lag", "<f8"),
+        ("cut", "<f8"),
+    ]
+)
+
+
+def _member_rows(stats: Sequence[CollectiveStat], early_floor: float) -> np.ndarray:
+    """One row per (op, member), in op order then member order: the member's
+    lateness and end lag (against the op's medians) and the op's early cut
+    (``max(0.3 x span, early_floor)``). Ops of one size are done as one
+    matrix, not one at a time (a 1,024-rank slowdown reads ~60k ops)."""
+    by_size: dict[int, list[int]] = {}
+    for i, st in enumerate(stats):
+        by_size.setdefault(len(st.ranks), []).append(i)
+    out = np.empty(sum(len(st.ranks) for st in stats), dtype=_MEMBER_ROW)
+    first = np.cumsum([0] + [len(st.ranks) for st in stats])
+    for n, idx in by_size.items():
+        ops = [stats[i] for i in idx]
+        begin = np.stack([st.begin_ns for st in ops])
+        end = np.stack([st.end_ns for st in ops])
+        span = np.maximum((end.max(1) - begin.min(1)).astype(np.float64), 1.0)
+        at = (first[idx][:, None] + np.arange(n)).ravel()
+        out["comm"][at] = np.repeat(np.array([st.comm for st in ops], np.uint64), n)
+        out["rank"][at] = np.concatenate([st.ranks for st in ops])
+        out["late"][at] = (begin - np.median(begin, axis=1)[:, None]).ravel()
+        out["end_lag"][at] = (end - np.median(end, axis=1)[:, None]).ravel()
+        out["cut"][at] = np.repeat(np.maximum(0.3 * span, early_floor), n)
+    return out
+
+
+H = TypeVar("H")
+
+
+def _groups(keys: list[H]) -> dict[H, np.ndarray]:
+    """Row indices of each distinct key, keys in order of first appearance."""
+    rows: dict[H, list[int]] = {}
+    for i, k in enumerate(keys):
+        rows.setdefault(k, []).append(i)
+    return {k: np.array(v) for k, v in rows.items()}
 
 
 HOSTWIDE_CONF = 0.6
@@ -561,12 +602,16 @@ def _intra_host_slowdown(
     -1 (a peer comparison: a temporal baseline of sub-ms spans absorbs a
     slowdown below its absolute floor)."""
     per: dict[tuple[int, int], dict[str, list[float]]] = {}
+    host_of_comm: dict[int, str | None] = {}  # its one host, else None
     for st in stats:
-        ranks = st.ranks.tolist()
-        if len(ranks) < 2:
-            continue
-        host = ctx.topo.host_of(ranks[0])
-        if any(ctx.topo.host_of(r) != host for r in ranks[1:]):
+        host = host_of_comm.get(st.comm, "")
+        if host == "":
+            ranks = st.ranks.tolist()
+            hosts = {ctx.topo.host_of(r) for r in ranks}
+            host = host_of_comm[st.comm] = (
+                hosts.pop() if len(ranks) >= 2 and len(hosts) == 1 else None
+            )
+        if host is None:
             continue
         key = (st.kind, size_bucket(st.nbytes))
         per.setdefault(key, {}).setdefault(host, []).append(float(st.span_ns))

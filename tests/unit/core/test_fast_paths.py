@@ -32,11 +32,13 @@ from mycroft.streams.core.completions import (
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import (
     GAP_CLOCK_SLACK_NS,
+    DetectContext,
     comm_last_progress,
     op_flow_gaps,
 )
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_slow import _late_scores
 
 MS = 1_000_000
 
@@ -280,3 +282,44 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
     assert recent.newest_ns() == 1010 * MS
     recent.keep_since(1009 * MS)
     assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
+
+
+def _late_scores_reference(
+    ctx: DetectContext, stats: list[CollectiveStat]
+) -> tuple[dict[int, float], dict[int, float], set[int], dict[int, float]]:
+    late: dict[int, list[float]] = {}
+    endl: dict[int, list[float]] = {}
+    per_comm: dict[tuple[int, int], list[float]] = {}
+    early: set[int] = set()
+    for st in stats:
+        lt, el = st.lateness_ns(), st.end_lag_ns()
+        cut = max(0.3 * max(float(st.span_ns), 1.0), ctx.cfg.late_floor_s * 1e9)
+        for r, lv, ev in zip(st.ranks.tolist(), lt.tolist(), el.tolist(), strict=True):
+            base = ctx.book.find((st.comm, r, "late"))
+            ref = base.stats()[0] if base is not None and base.warm else 0.0
+            late.setdefault(r, []).append(lv - ref)
+            per_comm.setdefault((st.comm, r), []).append(lv - ref)
+            endl.setdefault(r, []).append(ev)
+            if lv - ref < -cut:
+                early.add(r)
+    worst: dict[int, float] = {}
+    for (_, r), v in per_comm.items():
+        worst[r] = max(worst.get(r, float(np.median(v))), float(np.median(v)))
+    return (
+        {r: float(np.median(v)) for r, v in late.items()},
+        {r: float(np.median(v)) for r, v in endl.items()},
+        early,
+        worst,
+    )
+
+
+def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -> None:
+    stats = list(fed.stats)
+    assert len({len(s.ranks) for s in stats}) >= 2  # several op sizes
+    fast = _late_scores(fed.ctx, stats)
+    slow = _late_scores_reference(fed.ctx, stats)
+    for got, want in zip(fast, slow, strict=True):
+        assert got == want
+        assert list(got) == list(want)  # same order (ties resolve the same way)
+    assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
+    assert _late_scores(fed.ctx, []) == ({}, {}, set(), {})
