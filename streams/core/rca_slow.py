@@ -607,9 +607,9 @@ def _intra_host_slowdown(
         host = host_of_comm.get(st.comm, "")
         if host == "":
             ranks = st.ranks.tolist()
-            hosts = {ctx.topo.host_of(r) for r in ranks}
+            on = {ctx.topo.host_of(r) for r in ranks}
             host = host_of_comm[st.comm] = (
-                hosts.pop() if len(ranks) >= 2 and len(hosts) == 1 else None
+                on.pop() if len(ranks) >= 2 and len(on) == 1 else None
             )
         if host is None:
             continue
