@@ -126,8 +126,9 @@ def _campaign_rerun(r: dict[str, Any]) -> list[str]:
         before = {(x["fault"], x["seed"]): x for x in ref.get("runs", [])}
         ref_commit = ref.get("commit", "commit not recorded")
         lines += [
-            f"### {size} ranks: `{part.get('command', '-')}` at "
-            f"{part.get('commit', 'an unrecorded commit')}",
+            f"### {size} ranks, {part['seeds_per_fault']} seed(s), "
+            f"{part['duration_s']:g} s per run (commit "
+            f"{part.get('commit', 'not recorded')})",
             "",
             *fault_table(part["per_fault"]),
             "",
@@ -151,7 +152,10 @@ RENDERERS = {
     "campaign_offline_rerun": (
         "Offline fault campaign: runs analyzed again by a newer analyzer",
         "python bench/campaign_offline.py --size 1024 --seeds 2 --first-seed 1 "
-        "--faults ... --healthy-runs 0 --out bench/results/campaign_offline_rerun.json",
+        "--duration 24 --healthy-runs 0 --workers 2 --faults gpu-background-load,"
+        "gpu-power-cap,link-flap,net-background-traffic,nic-bandwidth,"
+        "pcie-downgrade,proxy-delay,switch-congestion "
+        "--out bench/results/campaign_offline_rerun.json",
         _campaign_rerun,
     ),
     "broker_startup": (
