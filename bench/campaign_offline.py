@@ -66,6 +66,13 @@ def source_commit() -> str:
     return head + ("+changes" if dirty else "")  # fmt: skip
 
 
+def _seeds_per_fault(rows: list[dict[str, Any]]) -> int | str:
+    """Runs per fault type: a number, or ``"min-max"`` when they differ."""
+    faults = {r["fault"] for r in rows} - {"healthy"}
+    counts = sorted({sum(r["fault"] == f for r in rows) for f in faults}) or [0]
+    return counts[0] if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+
+
 def _pct(xs: list[float], q: float) -> float | None:
     return round(float(np.percentile(xs, q)), 3) if xs else None
 
@@ -173,6 +180,12 @@ def main() -> int:
     ap.add_argument("--faults", default="all", help="comma list or 'all'")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add these runs to the size part already in --out (a run of the "
+        "same fault and seed replaces the old one) instead of replacing the part",
+    )
+    ap.add_argument(
         "--out",
         type=Path,
         default=OUT,
@@ -214,14 +227,23 @@ def main() -> int:
         "workers": args.workers,
     }
     doc["rules"] = "see bench/campaign/score.py (module docstring)"
+    command = " ".join(["python bench/campaign_offline.py", *sys.argv[1:]])
+    commit, wall = source_commit(), round(time.time() - t0, 1)
+    old = doc["sizes"].get(str(args.size)) if args.append else None
+    if old is not None:  # the same (fault, seed) measured again replaces the old run
+        again = {(r["fault"], r["seed"]) for r in rows}
+        rows = [r for r in old["runs"] if (r["fault"], r["seed"]) not in again] + rows
+        command = f"{old.get('command', '(command not recorded)')}; {command}"
+        commit = f"{old.get('commit', 'not recorded')}, {commit}"
+        wall = round(old["wall_s"] + wall, 1)
     doc["sizes"][str(args.size)] = {
-        "command": " ".join(["python bench/campaign_offline.py", *sys.argv[1:]]),
-        "commit": source_commit(),
+        "command": command,
+        "commit": commit,
         "shape": {"tp": tp, "pp": pp, "dp": dp},
-        "seeds_per_fault": args.seeds,
+        "seeds_per_fault": _seeds_per_fault(rows),
         "duration_s": args.duration,
         "workers": args.workers,
-        "wall_s": round(time.time() - t0, 1),
+        "wall_s": wall,
         "per_fault": aggregate(rows),
         "timing": timing(rows),
         "runs": rows,
