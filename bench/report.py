@@ -105,6 +105,11 @@ def _campaign(r: dict[str, Any]) -> list[str]:
 def _culprit(run: dict[str, Any] | None) -> str:
     if run is None:
         return "-"
+    if run["fault"] == "healthy":
+        return (
+            f"{run['false_root_causes']} false root cause(s), "
+            f"{run['false_anomalies']} false anomalies"
+        )
     d = run.get("diagnosis") or {}
     ok = "right" if run["rank_ok"] and run["component_ok"] else "wrong"
     return f"{d.get('rank')} {d.get('component')} ({ok})"
