@@ -80,14 +80,7 @@ def _campaign(r: dict[str, Any]) -> list[str]:
             "",
             *fault_table(part["per_fault"]),
         ]
-        h = part["per_fault"].get("healthy")
-        if h:
-            lines += [
-                "",
-                f"Healthy: {h['n']} runs, {h['simulated_minutes']} simulated "
-                f"minutes, {h['false_root_causes']} false root cause(s), "
-                f"{h['false_anomalies']} false anomalies.",
-            ]
+        lines += ["", *_healthy_line(part)]
         t = part.get("timing", {})
         lines += [
             "",
@@ -100,6 +93,18 @@ def _campaign(r: dict[str, Any]) -> list[str]:
         if part.get("command"):
             lines += [f"This part: `{part['command']}` at {part.get('commit')}.", ""]
     return lines
+
+
+def _healthy_line(part: dict[str, Any]) -> list[str]:
+    h = part["per_fault"].get("healthy")
+    if not h:
+        return []
+    return [
+        f"Healthy: {h['n']} runs, {h['simulated_minutes']} simulated minutes, "
+        f"{h['false_root_causes']} false root cause(s), {h['false_anomalies']} "
+        "false anomalies.",
+        "",
+    ]
 
 
 def _culprit(run: dict[str, Any] | None) -> str:
@@ -137,6 +142,7 @@ def _campaign_rerun(r: dict[str, Any]) -> list[str]:
             "",
             *fault_table(part["per_fault"]),
             "",
+            *_healthy_line(part),
             f"| fault | seed | campaign table ({ref_commit}) | this rerun |",
             "|---|---|---|---|",
         ]
