@@ -43,27 +43,22 @@ HANG_KINDS = ("hang", "mismatch")
 
 
 def source_commit() -> str:
-    """The measured source: ``git describe`` of the checkout ("+changes" when
-    it differs from the commit), or ``"unknown"`` outside a git checkout."""
+    """The measured source: the checkout's commit (short hash, "+changes" when
+    tracked files differ from it), or ``"unknown"`` outside a git checkout."""
     root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short=10", "HEAD"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = git("rev-parse", "--short=10", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head + ("+changes" if dirty else "")  # fmt: skip
+    return head + ("+changes" if dirty else "")
 
 
 def _seeds_per_fault(rows: list[dict[str, Any]]) -> int | str:
