@@ -140,23 +140,32 @@ class RobustBaseline:
         return Verdict.NORMAL
 
     def observe(
-        self, value: float, cfg: DetectorConfig, floor: float, *, shift: bool = False
+        self,
+        value: float,
+        cfg: DetectorConfig,
+        floor: float,
+        *,
+        shift: bool = False,
+        of: int | None = None,
     ) -> Verdict:
         """Judge ``value``, remember the verdict and learn it if it is normal.
 
         With ``shift``, also set :attr:`shift` (see :meth:`_shifted`), judged
-        against the same baseline as the verdict.
+        against the same baseline as the verdict. ``of`` is the persistence
+        window in samples (default ``cfg.slow_of``); keep it the same for
+        every call on one baseline.
         """
+        of = of or cfg.slow_of
         verdict = self.judge(value, cfg, floor)
         out = verdict in (Verdict.HIGH, Verdict.SEVERE)
         self.recent.append(out)
-        while len(self.recent) > cfg.slow_of:
+        while len(self.recent) > of:
             self.recent.popleft()
         self.last.append(value)
-        while len(self.last) > cfg.slow_of:
+        while len(self.last) > of:
             self.last.popleft()
         warm = verdict is not Verdict.WARMUP
-        self.shift = shift and warm and self._shifted(cfg, floor)
+        self.shift = shift and warm and self._shifted(cfg, floor, of)
         if not out:
             self.values.append(value)
             insort(self.ordered, value)
@@ -165,12 +174,13 @@ class RobustBaseline:
             self._stats = None
         return verdict
 
-    def persistent(self, cfg: DetectorConfig) -> bool:
-        """Return whether enough of the recent samples were out of band."""
-        return bool(sum(self.recent) >= cfg.slow_persist)
+    def persistent(self, cfg: DetectorConfig, need: int | None = None) -> bool:
+        """Return whether at least ``need`` (default ``cfg.slow_persist``) of
+        the recent samples were out of band."""
+        return bool(sum(self.recent) >= (need or cfg.slow_persist))
 
-    def _shifted(self, cfg: DetectorConfig, floor: float) -> bool:
-        """Return whether the last ``slow_of`` samples moved as a whole.
+    def _shifted(self, cfg: DetectorConfig, floor: float, of: int) -> bool:
+        """Return whether the last ``of`` samples moved as a whole.
 
         A sustained shift (a straggler that became slow and stays so) on a
         noisy quantity can sit below the single-sample band for ever, and
@@ -179,7 +189,7 @@ class RobustBaseline:
         held to ``slow_shift_k`` sigma instead of ``slow_mad_k``; the newest
         sample must be above that line too (the shift is still going on).
         """
-        if len(self.last) < cfg.slow_of:
+        if len(self.last) < of:
             return False
         med, sigma = self.stats()
         k = cfg.slow_shift_k

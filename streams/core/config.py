@@ -32,6 +32,14 @@ class DetectorConfig:
             ops exceeds ``median + slow_shift_k * sigma`` (and the ratio and
             floor) is a sustained shift, even below the single-sample band.
         slow_of: Length of the persistence window, samples.
+        late_persist: Per-rank lateness needs this many out-of-band samples
+            among its last ``late_of`` (its shift rule looks at as many).
+            One baseline per rank and comm makes lateness the most numerous
+            judge: at 1,024 ranks, healthy one-off stragglers (a few per
+            thousand compute segments) met 3 of 5 by chance about once per
+            ten simulated minutes. 5 of 8 is about 10^5 times rarer for the
+            same straggler rate and costs a steady straggler 3 more ops.
+        late_of: Length of the lateness persistence window, samples.
         severe_extra_s: One sample this far above the median fires at once...
         severe_ratio: ...when it is also this many times the median.
         late_floor_s: Smallest late arrival (issue skew) worth reporting.
@@ -61,6 +69,8 @@ class DetectorConfig:
     slow_persist: int = 3
     slow_shift_k: float = 3.0
     slow_of: int = 5
+    late_persist: int = 5
+    late_of: int = 8
     severe_extra_s: float = 0.5
     severe_ratio: float = 4.0
     late_floor_s: float = 0.005

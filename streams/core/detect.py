@@ -243,8 +243,9 @@ def observe_collective(
     (comm, rank): ``late`` (kernel start minus the members' median).
 
     Arrival skew belongs to the per-rank ``late`` metric, whose persistence
-    is per rank: independent one-off stragglers on different ranks of a comm
-    must not add up to a "persistent" slowdown. ``span`` therefore fires only
+    is per rank (``late_persist`` of ``late_of``): independent one-off
+    stragglers on different ranks of a comm must not add up to a
+    "persistent" slowdown. ``span`` therefore fires only
     when SEVERE; the CPU enqueue time (which runs ahead of the GPU by up to a
     compute segment) is used only for the hang threshold (``span_any``).
     """
@@ -263,10 +264,16 @@ def observe_collective(
     for metric, bkey, value, ranks in samples:
         base = book.get(bkey)
         floor = _floor_ns(cfg, metric, med_span)
-        verdict = base.observe(value, cfg, floor, shift=metric == "late")
+        per_rank = metric == "late"
+        of, need = (cfg.late_of, cfg.late_persist) if per_rank else (None, None)
+        verdict = base.observe(value, cfg, floor, shift=per_rank, of=of)
         if (
             verdict is Verdict.SEVERE
-            or (verdict is Verdict.HIGH and metric != "span" and base.persistent(cfg))
+            or (
+                verdict is Verdict.HIGH
+                and metric != "span"
+                and base.persistent(cfg, need)
+            )
             or base.shift
         ):
             fired.append(
