@@ -163,6 +163,51 @@ def plot(doc: dict[str, Any], png: Path = PNG) -> None:
     fig.savefig(png, dpi=110)
 
 
+def _save(  # noqa: PLR0917 - private helper of main
+    out: Path,
+    doc: dict[str, Any],
+    args: argparse.Namespace,
+    old: dict[str, Any] | None,
+    rows: list[dict[str, Any]],
+    done: tuple[int, int],
+    t0: float,
+) -> None:
+    """Write this size's part of ``doc``: ``rows``, plus with ``--append``
+    the ``old`` part's runs of other (fault, seed) pairs."""
+    tp, pp, dp = SHAPES[args.size]
+    doc["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "workers": args.workers,
+    }
+    doc["rules"] = "see bench/campaign/score.py (module docstring)"
+    command = " ".join(["python bench/campaign_offline.py", *sys.argv[1:]])
+    commit, wall = source_commit(), round(time.time() - t0, 1)
+    if old is not None:  # the same (fault, seed) measured again replaces the old run
+        again = {(r["fault"], r["seed"]) for r in rows}
+        rows = [r for r in old["runs"] if (r["fault"], r["seed"]) not in again] + rows
+        command = f"{old.get('command', '(command not recorded)')}; {command}"
+        commit = f"{old.get('commit', 'not recorded')}, {commit}"
+        wall = round(old["wall_s"] + wall, 1)
+    part = {
+        "command": command,
+        "commit": commit,
+        "shape": {"tp": tp, "pp": pp, "dp": dp},
+        "seeds_per_fault": _seeds_per_fault(rows),
+        "duration_s": args.duration,
+        "workers": args.workers,
+        "wall_s": wall,
+        "per_fault": aggregate(rows),
+        "timing": timing(rows),
+        "runs": rows,
+    }
+    if done[0] < done[1]:
+        part["done"] = f"{done[0]} of {done[1]} runs of the last command"
+    doc["sizes"][str(args.size)] = part
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
 def main() -> int:
     """Run one job size's part of the campaign and merge it into the JSON."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -193,12 +238,22 @@ def main() -> int:
     tp, pp, dp = SHAPES[args.size]
     faults = list(ALL_FAULTS) if args.faults == "all" else args.faults.split(",")
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    specs = [RunSpec(f, s, tp, pp, dp, args.duration) for s in seeds for f in faults]
-    specs += [
+    healthy = [
         RunSpec("", 1000 + i, tp, pp, dp, args.healthy_duration)
         for i in range(args.healthy_runs)
     ]
+    # Healthy runs are spread among the seeds, so a part stopped early (rows
+    # are saved as they finish) has some of each.
+    specs: list[RunSpec] = []
+    for n, seed in enumerate(seeds):
+        specs += [RunSpec(f, seed, tp, pp, dp, args.duration) for f in faults]
+        specs += healthy[
+            n * len(healthy) // len(seeds) : (n + 1) * len(healthy) // len(seeds)
+        ]
+    specs += [] if seeds else healthy
     t0 = time.time()
+    doc: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"sizes": {}}
+    old = doc["sizes"].get(str(args.size)) if args.append else None
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(args.workers) as ex:
         for spec, row in zip(specs, ex.map(run_one, specs), strict=True):
@@ -215,36 +270,9 @@ def main() -> int:
                 f"wall={row['wall_s']:.1f}s",
                 flush=True,
             )
-    doc: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"sizes": {}}
-    doc["machine"] = {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "workers": args.workers,
-    }
-    doc["rules"] = "see bench/campaign/score.py (module docstring)"
-    command = " ".join(["python bench/campaign_offline.py", *sys.argv[1:]])
-    commit, wall = source_commit(), round(time.time() - t0, 1)
-    old = doc["sizes"].get(str(args.size)) if args.append else None
-    if old is not None:  # the same (fault, seed) measured again replaces the old run
-        again = {(r["fault"], r["seed"]) for r in rows}
-        rows = [r for r in old["runs"] if (r["fault"], r["seed"]) not in again] + rows
-        command = f"{old.get('command', '(command not recorded)')}; {command}"
-        commit = f"{old.get('commit', 'not recorded')}, {commit}"
-        wall = round(old["wall_s"] + wall, 1)
-    doc["sizes"][str(args.size)] = {
-        "command": command,
-        "commit": commit,
-        "shape": {"tp": tp, "pp": pp, "dp": dp},
-        "seeds_per_fault": _seeds_per_fault(rows),
-        "duration_s": args.duration,
-        "workers": args.workers,
-        "wall_s": wall,
-        "per_fault": aggregate(rows),
-        "timing": timing(rows),
-        "runs": rows,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+            # Saved after every run: a part stopped half way keeps what it
+            # measured (``done`` says how much of the part that is).
+            _save(out, doc, args, old, rows, (len(rows), len(specs)), t0)
     plot(doc, png)
     print(json.dumps(doc["sizes"][str(args.size)]["per_fault"], indent=1))
     return 0

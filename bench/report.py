@@ -91,6 +91,8 @@ def _campaign(r: dict[str, Any]) -> list[str]:
         ]
         if part.get("command"):
             lines += [f"This part: `{part['command']}` at {part.get('commit')}.", ""]
+        if part.get("done"):
+            lines += [f"**Partial:** {part['done']} were finished.", ""]
     return lines
 
 
