@@ -44,7 +44,9 @@ HANG_KINDS = ("hang", "mismatch")
 
 def source_commit() -> str:
     """The measured source: the checkout's commit (short hash, "+changes" when
-    tracked files differ from it), or ``"unknown"`` outside a git checkout."""
+    tracked files other than ``bench/results/`` differ from it), or
+    ``"unknown"`` outside a git checkout. Results are left out: a part saves
+    them after every run, and they are not what is measured."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
@@ -55,7 +57,10 @@ def source_commit() -> str:
 
     try:
         head = git("rev-parse", "--short=10", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".",
+            ":(exclude)bench/results",
+        )  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+changes" if dirty else "")
