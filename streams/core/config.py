@@ -36,8 +36,8 @@ class DetectorConfig:
             among its last ``late_of`` (its shift rule looks at as many).
             One baseline per rank and comm makes lateness the most numerous
             judge: at 1,024 ranks, healthy one-off stragglers (a few per
-            thousand compute segments) met 3 of 5 by chance about once per
-            ten simulated minutes. 5 of 8 is about 10^5 times rarer for the
+            thousand compute segments) met 3 of 5 by chance twice in 30
+            simulated minutes. 5 of 8 is about 10^5 times rarer for the
             same straggler rate and costs a steady straggler 3 more ops.
         late_of: Length of the lateness persistence window, samples.
         severe_extra_s: One sample this far above the median fires at once...
