@@ -168,7 +168,7 @@ def plot(doc: dict[str, Any], png: Path = PNG) -> None:
     fig.savefig(png, dpi=110)
 
 
-def _save(  # noqa: PLR0917 - private helper of main
+def _save(  # noqa: PLR0913, PLR0917 - private helper of main
     out: Path,
     doc: dict[str, Any],
     args: argparse.Namespace,
@@ -176,9 +176,11 @@ def _save(  # noqa: PLR0917 - private helper of main
     rows: list[dict[str, Any]],
     done: tuple[int, int],
     t0: float,
+    commit: str,
 ) -> None:
     """Write this size's part of ``doc``: ``rows``, plus with ``--append``
-    the ``old`` part's runs of other (fault, seed) pairs."""
+    the ``old`` part's runs of other (fault, seed) pairs. ``commit`` is the
+    source measured, taken once when the part started."""
     tp, pp, dp = SHAPES[args.size]
     doc["machine"] = {
         "cpus": os.cpu_count(),
@@ -187,7 +189,7 @@ def _save(  # noqa: PLR0917 - private helper of main
     }
     doc["rules"] = "see bench/campaign/score.py (module docstring)"
     command = " ".join(["python bench/campaign_offline.py", *sys.argv[1:]])
-    commit, wall = source_commit(), round(time.time() - t0, 1)
+    wall = round(time.time() - t0, 1)
     if old is not None:  # the same (fault, seed) measured again replaces the old run
         again = {(r["fault"], r["seed"]) for r in rows}
         rows = [r for r in old["runs"] if (r["fault"], r["seed"]) not in again] + rows
@@ -255,8 +257,9 @@ def main() -> int:
         specs += healthy[
             n * len(healthy) // len(seeds) : (n + 1) * len(healthy) // len(seeds)
         ]
-    specs += [] if seeds else healthy
-    t0 = time.time()
+    if not seeds:
+        specs = healthy
+    t0, commit = time.time(), source_commit()
     doc: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"sizes": {}}
     old = doc["sizes"].get(str(args.size)) if args.append else None
     rows: list[dict[str, Any]] = []
@@ -277,7 +280,7 @@ def main() -> int:
             )
             # Saved after every run: a part stopped half way keeps what it
             # measured (``done`` says how much of the part that is).
-            _save(out, doc, args, old, rows, (len(rows), len(specs)), t0)
+            _save(out, doc, args, old, rows, (len(rows), len(specs)), t0, commit)
     plot(doc, png)
     print(json.dumps(doc["sizes"][str(args.size)]["per_fault"], indent=1))
     return 0
