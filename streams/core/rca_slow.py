@@ -667,16 +667,63 @@ def _score_whole_hosts(
             for c in (Component.NIC, Component.PROXY, Component.NETWORK)
         ):
             continue  # its own flows explain the lateness (G/T/D first)
-        rep = max(mates, key=lambda m: (late[m], -m))
         mean = float(np.mean([late[m] for m in mates]))
-        suspects.setdefault(rep, Suspect(rep)).add(
-            Component.GPU,
-            1.5 + min(1.0, mean / max(span, 1.0)),
+        why = (
             f"every rank of host {host} arrives late ({mean / 1e6:.1f} ms on "
-            "average) and its intra-host collectives slowed: host-wide GPU load",
+            "average) and its intra-host collectives slowed: "
+        )
+        # Late in cross-host groups, the mates are alike; inside the host's
+        # own groups (one clock) a single slow GPU still starts last.
+        rep, lead = _host_leader(ctx, host, stats)
+        if rep is None:
+            rep = max(mates, key=lambda m: (late[m], -m))
+            why += "host-wide GPU load"
+        else:
+            why += (
+                f"inside them rank {rep} starts last by {lead / 1e6:.1f} ms: "
+                "its GPU holds the host back"
+            )
+        suspects.setdefault(rep, Suspect(rep)).add(
+            Component.GPU, 1.5 + min(1.0, mean / max(span, 1.0)), why
         )
         reps.add(rep)
     return reps
+
+
+HOST_LEAD_NS = 1_000_000
+"""A rank leads its host when, over the host's own collectives, its median
+late start (against its baseline) exceeds every mate's by this much: same
+clock, so no offset floor; well above the median of per-op compute jitter."""
+
+
+def _host_leader(
+    ctx: DetectContext, host: str, stats: Sequence[CollectiveStat]
+) -> tuple[int | None, float]:
+    """``(rank, lead ns)`` of the rank that starts last inside ``host``'s own
+    collectives by at least ``HOST_LEAD_NS`` over the runner-up, else
+    ``(None, 0)``."""
+    inside: dict[int, bool] = {}
+    refs: dict[tuple[int, int], float] = {}
+    late: dict[int, list[float]] = {}
+    for st in stats:
+        if st.comm not in inside:
+            ranks = st.ranks.tolist()
+            inside[st.comm] = len(ranks) >= 2 and all(
+                ctx.topo.host_of(r) == host for r in ranks
+            )
+        if not inside[st.comm]:
+            continue
+        for r, v in zip(st.ranks.tolist(), st.lateness_ns().tolist(), strict=True):
+            if (st.comm, r) not in refs:  # the rank's healthy lateness there
+                base = ctx.book.find((st.comm, r, "late"))
+                refs[st.comm, r] = base.stats()[0] if base and base.warm else 0.0
+            late.setdefault(r, []).append(v - refs[st.comm, r])
+    if len(late) < 2:
+        return None, 0.0
+    med = {r: float(np.median(vals)) for r, vals in late.items()}
+    first, second = sorted(med.items(), key=lambda kv: -kv[1])[:2]
+    lead = first[1] - second[1]
+    return (first[0], lead) if lead >= HOST_LEAD_NS else (None, 0.0)
 
 
 def _late_floor(ctx: DetectContext, span: float) -> float:

@@ -104,6 +104,27 @@ def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
     assert not _score_whole_hosts(ctx, {}, uneven, slow_h1, 100.0 * MS)
 
 
+def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
+    """Cross-host lateness is alike for every rank of a host held back by
+    one slow GPU; inside the host's own groups (one clock) that GPU still
+    starts last, so it represents the host. Without such a leader the
+    verdict stays a host-wide load."""
+    ctx = _ctx()
+    late = {r: 50.0 * MS for r in range(4, 8)}
+    one_slow = []
+    for seq in range(9):
+        for h in range(HOSTS):
+            ranks = list(range(h * PER_HOST, (h + 1) * PER_HOST))
+            begin = [seq * 100 * MS + (4 * MS if r == 6 else 0) for r in ranks]
+            one_slow.append(_stat(0x100 + h, seq, ranks, begin, [MS] * PER_HOST))
+    suspects: dict[int, Suspect] = {}
+    assert _score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
+    assert "rank 6 starts last by 4.0 ms" in suspects[6].reasons[0]
+    suspects = {}
+    (rep,) = _score_whole_hosts(ctx, suspects, late, _intra_stats(1), 100.0 * MS)
+    assert suspects[rep].reasons[0].endswith("host-wide GPU load")
+
+
 def test_nic_mates_share_one_link_score():
     ctx = _ctx()
     suspects = {0: Suspect(0), 1: Suspect(1), 2: Suspect(2)}
