@@ -227,9 +227,7 @@ class Analyzer:
         )
         escalated = bool(inc.signature) and inc.signature[0] != kind
         if sig == inc.signature or (
-            inc.revision >= 0
-            and not escalated
-            and culprits[0].confidence <= inc.top_conf
+            inc.revision >= 0 and not escalated and not _better(culprits, inc)
         ):
             return None
         inc.top_conf = culprits[0].confidence
@@ -267,6 +265,23 @@ class Analyzer:
         since = min(a.onset_ns for a in anomalies)
         culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
         return [c for c in culprits if c.confidence >= 0.2][:8], ev
+
+
+def _better(culprits: list[Culprit], inc: Incident) -> bool:
+    """Whether ``culprits`` should revise the incident's published answer.
+
+    A more confident top culprit does. So does one as confident when the
+    published top culprit is no longer named at all: its evidence is gone
+    (an early, weak verdict on a few ms of noise, capped like the verdict
+    that replaces it, must not stand for the rest of the incident).
+    """
+    top = culprits[0].confidence
+    if top > inc.top_conf:
+        return True
+    published = inc.signature[1] if len(inc.signature) > 1 else ()
+    old = published[0] if isinstance(published, tuple) and published else None
+    named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}
+    return old is not None and old not in named and top >= inc.top_conf
 
 
 _SNAPSHOT_STATS_NS = 500_000_000

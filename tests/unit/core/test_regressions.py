@@ -12,12 +12,14 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
-from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component
+from mycroft.schemas.records import Culprit
+from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component, FaultKind
 from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, observe_collective
+from mycroft.streams.core.engine import Incident, _better
 from mycroft.streams.core.graph import _data_edges
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.topology import JobTopology
@@ -235,3 +237,21 @@ def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():
     assert best[narrow].rank == best[wide].rank == 5
     (cause,) = narrow.causes.values()
     assert set(cause.anomaly_ids) == {a.anomaly_id for a in narrow.anomalies}
+
+
+def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
+    """A capped early verdict (a host 6 ms late) must not stand once its
+    evidence is gone and an equally capped, better-founded one (a host
+    100 ms late) replaces it; while it is still named, only a more
+    confident answer revises it."""
+    inc = Incident("j:slowdown:1:0", FaultKind.SLOWDOWN, 0, 0)
+    inc.signature = (FaultKind.SLOWDOWN, ((943, Component.GPU, None, None),))
+    inc.top_conf = 0.6
+    old = Culprit(943, "h117", Component.GPU, FaultKind.SLOWDOWN, 0.6)
+    new = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.6)
+    weaker = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.5)
+    stronger = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.7)
+    assert _better([new], inc)
+    assert not _better([new, old], inc)
+    assert not _better([weaker], inc)
+    assert _better([stronger, old], inc)
