@@ -230,8 +230,8 @@ lateness in one group only, or by finishing last alone (a pcie verdict with
 no flow or ready evidence)."""
 
 SYMPTOM_SHARE = 0.1
-"""A timing suspect's lateness or finishing lag must reach this share of the
-largest lateness or lag seen in the incident."""
+"""A timing suspect's (a rank's or a whole host's) lateness or finishing lag
+must reach this share of the largest lateness or lag seen in the incident."""
 
 WORST_GROUP_FLOORS = 4.0
 """Lateness in a rank's worst group alone must clear this many late floors."""
@@ -256,8 +256,11 @@ def explain_slowdown(
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
     floor = _late_floor(ctx, span)
     singles = {r for r in _outliers(late, floor) if r not in early}
+    # A whole host must explain a real share of the slowdown too: among 128
+    # hosts one is always a few ms late in its worst group.
+    share = _symptom_floor(ctx, span, worst, end_lag)
     hostwide = _score_whole_hosts(
-        ctx, suspects, _outliers(worst, floor), stats, span, singles=singles
+        ctx, suspects, _outliers(worst, share), stats, span, singles=singles
     )
     weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
     for st in list(stats)[-3:]:
@@ -730,6 +733,18 @@ def _late_floor(ctx: DetectContext, span: float) -> float:
     return max(ctx.cfg.late_floor_s * 1e9, 0.1 * span)
 
 
+def _symptom_floor(
+    ctx: DetectContext,
+    span: float,
+    worst: dict[int, float],
+    end_lag: dict[int, float],
+) -> float:
+    """The late floor, raised to ``SYMPTOM_SHARE`` of the largest lateness
+    or finishing lag of the incident."""
+    biggest = max([0.0, *worst.values(), *end_lag.values()])
+    return max(_late_floor(ctx, span), SYMPTOM_SHARE * biggest)
+
+
 def _score_timing(  # noqa: PLR0917 - private helper of one module
     ctx: DetectContext,
     suspects: dict[int, Suspect],
@@ -749,8 +764,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     # A timing suspect must explain a real share of the slowdown: a rank 6 ms
     # late is jitter beside victims 200 ms late (among 1,000 ranks one is
     # always a few ms out).
-    biggest = max([0.0, *worst.values(), *end_lag.values()])
-    floor = max(_late_floor(ctx, span), SYMPTOM_SHARE * biggest)
+    floor = _symptom_floor(ctx, span, worst, end_lag)
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
     weak: set[int] = set()
     if not late_out and not suspects:
