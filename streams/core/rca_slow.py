@@ -695,8 +695,8 @@ def _score_whole_hosts(
 
 HOST_LEAD_NS = 1_000_000
 """A rank leads its host when, over the host's own collectives, its median
-late start (against its baseline) exceeds every mate's by this much: same
-clock, so no offset floor; well above the median of per-op compute jitter."""
+late start exceeds every mate's by this much: same clock, so no offset
+floor; well above the median of per-op compute jitter."""
 
 
 def _host_leader(
@@ -705,8 +705,12 @@ def _host_leader(
     """``(rank, lead ns)`` of the rank that starts last inside ``host``'s own
     collectives by at least ``HOST_LEAD_NS`` over the runner-up, else
     ``(None, 0)``."""
+    # Raw lateness, not lateness against the rank's baseline: a slow GPU
+    # whose lead sits just above the late floor is partly learned (samples
+    # in band drag the median up), until its baseline holds the whole lead.
+    # The ranks of one host's groups run the same work, so a lasting lead
+    # among them is not structure.
     inside: dict[int, bool] = {}
-    refs: dict[tuple[int, int], float] = {}
     late: dict[int, list[float]] = {}
     for st in stats:
         if st.comm not in inside:
@@ -717,10 +721,7 @@ def _host_leader(
         if not inside[st.comm]:
             continue
         for r, v in zip(st.ranks.tolist(), st.lateness_ns().tolist(), strict=True):
-            if (st.comm, r) not in refs:  # the rank's healthy lateness there
-                base = ctx.book.find((st.comm, r, "late"))
-                refs[st.comm, r] = base.stats()[0] if base and base.warm else 0.0
-            late.setdefault(r, []).append(v - refs[st.comm, r])
+            late.setdefault(r, []).append(v)
     if len(late) < 2:
         return None, 0.0
     med = {r: float(np.median(vals)) for r, vals in late.items()}

@@ -120,6 +120,14 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
     suspects: dict[int, Suspect] = {}
     assert _score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
     assert "rank 6 starts last by 4.0 ms" in suspects[6].reasons[0]
+    # A lead just above the late floor creeps into the rank's own lateness
+    # baseline; the leader must not vanish once it has.
+    crept = ctx.book.get((0x101, 6, "late"))
+    for _ in range(20):
+        crept.observe(4 * MS, ctx.cfg, ctx.cfg.late_floor_s * 1e9)
+    assert crept.stats()[0] == 4 * MS
+    suspects = {}
+    assert _score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
     suspects = {}
     (rep,) = _score_whole_hosts(ctx, suspects, late, _intra_stats(1), 100.0 * MS)
     assert suspects[rep].reasons[0].endswith("host-wide GPU load")
