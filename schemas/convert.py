@@ -22,6 +22,7 @@ from mycroft.schemas.records import (
     Culprit,
     Evidence,
     Heartbeat,
+    NicPort,
     RankHealth,
     RankTopology,
     Record,
@@ -134,7 +135,8 @@ def from_datum(name: str, datum: Datum) -> Record:  # noqa: PLR0911 - one case p
             )
         case "Heartbeat":
             ranks = tuple(RankHealth(**r) for r in datum["ranks"])
-            return Heartbeat(**(datum | {"ranks": ranks}))
+            nics = tuple(NicPort(**p) for p in datum["nics"])
+            return Heartbeat(**(datum | {"ranks": ranks, "nics": nics}))
         case "Topology":
             return _topology(datum)
         case "Anomaly":
@@ -147,8 +149,10 @@ def from_datum(name: str, datum: Datum) -> Record:  # noqa: PLR0911 - one case p
 
 
 def _heartbeat_datum(hb: Heartbeat) -> Datum:
-    datum = {k: getattr(hb, k) for k in hb.__dataclass_fields__ if k != "ranks"}
+    nested = ("ranks", "nics")
+    datum = {k: getattr(hb, k) for k in hb.__dataclass_fields__ if k not in nested}
     datum["ranks"] = [vars(r) for r in hb.ranks]
+    datum["nics"] = [vars(p) for p in hb.nics]
     return datum
 
 

@@ -71,6 +71,18 @@ class RankHealth:
 
 
 @dataclass(frozen=True)
+class NicPort:
+    """One RDMA NIC port's state and link counters as the node agent read
+    them (counters cumulative, -1 when unreadable)."""
+
+    nic: str
+    port: int
+    up: bool
+    link_downed: int
+    link_recovered: int
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Node agent liveness and every loss it knows of (all counters cumulative)."""
 
@@ -87,6 +99,7 @@ class Heartbeat:
     spool_dropped: int
     delivery_failures: int
     ranks: tuple[RankHealth, ...] = ()
+    nics: tuple[NicPort, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("sim-start-s", float, "simulated job start, Unix s (0: aligned to 10 s)"),
     ("interval-ms", int, "sampling tick, ms (default 100)"),
     ("heartbeat-s", float, "heartbeat period, s (default 1)"),
+    ("nic-sysfs", str, "RDMA sysfs folder for NIC port state ('': off)"),
     ("bootstrap", str, "Kafka bootstrap servers"),
     ("topic-prefix", str, "topic name prefix (tests, tenants)"),
     ("partitions", int, "override every topic's partition count"),
@@ -126,6 +127,7 @@ def build_agent(s: config.Settings, registry: CollectorRegistry | None) -> Agent
         interval_ms=s.interval_ms,
         heartbeat_s=s.heartbeat_s,
         metrics=metrics,
+        nic_sysfs=s.nic_sysfs,
     )
 
 

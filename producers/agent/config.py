@@ -39,6 +39,7 @@ class Settings:
     sim_start_s: float = 0.0
     interval_ms: int = 100
     heartbeat_s: float = 1.0
+    nic_sysfs: str = "/sys/class/infiniband"
     bootstrap: str = ""
     topic_prefix: str = ""
     partitions: int = 0

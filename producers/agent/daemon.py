@@ -16,6 +16,7 @@ from typing import Any
 
 from mycroft.producers.agent.aggregate import Aggregator
 from mycroft.producers.agent.metrics import AgentMetrics, Snapshot
+from mycroft.producers.agent.nics import read_ports
 from mycroft.producers.agent.shipper import Shipper
 from mycroft.producers.agent.sources import ReplaySource, RingSource
 from mycroft.producers.agent.spool import Entry
@@ -26,6 +27,7 @@ from mycroft.schemas.records import (
     CommMembership,
     CompletionBatch,
     Heartbeat,
+    NicPort,
     RankTopology,
     Record,
     StateBatch,
@@ -46,6 +48,9 @@ class Agent:
         topics: topic names.
         interval_ms, heartbeat_s: tick and heartbeat periods.
         metrics: Prometheus metrics, or None.
+        nic_sysfs: RDMA sysfs folder whose port state each heartbeat of a ring
+            source carries (``""``: none). Simulated and replayed traces bring
+            their own heartbeats; the agent's own then carry no ports.
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class Agent:
         heartbeat_s: float = 1.0,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], int] = time.time_ns,
+        nic_sysfs: str = "",
     ) -> None:
         self.job_id, self.host, self.source, self.shipper = (
             job_id,
@@ -73,6 +79,8 @@ class Agent:
             heartbeat_s,
         )
         self.metrics, self._clock = metrics, clock
+        self.nic_sysfs = nic_sysfs
+        self._nic_warned: set[str] = set()
         self.codec = Codec()
         self.agg = Aggregator()
         self.epoch = clock()
@@ -175,7 +183,7 @@ class Agent:
         return Topology(self.job_id, self.host, "", now, ranks)
 
     def heartbeat(self, now: int) -> Heartbeat:
-        """Liveness and every loss counter, cumulative since ``agent_epoch``."""
+        """Liveness, loss counters (cumulative since ``agent_epoch``), NIC ports."""
         sh = self.shipper
         ranks = self.source.health() if isinstance(self.source, RingSource) else ()
         return Heartbeat(
@@ -192,7 +200,14 @@ class Agent:
             sh.spool.dropped + sh.rejected,
             sh.failures,
             ranks,
+            self.nics(),
         )
+
+    def nics(self) -> tuple[NicPort, ...]:
+        """This host's RDMA ports, when reading them is on and the source is rings."""
+        if not self.nic_sysfs or not isinstance(self.source, RingSource):
+            return ()
+        return read_ports(self.nic_sysfs, self._nic_warned)
 
     def snapshot(self) -> Snapshot:
         """Counters for the metrics endpoint."""

@@ -110,6 +110,22 @@ class Effects:
             self.pauses.append(Window(mask, t, t + stall, flag=True))
             t += stall + every * float(rng.uniform(0.5, 1.5))
 
+    def port_state(
+        self, ranks: np.ndarray, t: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """What the port counters of each rank's NIC show at reference time
+        ``t``: how many link outages (nic-down, link-flap; a proxy stall is
+        no port event) have begun, and whether one is going on."""
+        downs = np.zeros(ranks.shape, dtype=np.int64)
+        down_now = np.zeros(ranks.shape, dtype=bool)
+        for w in self.pauses:
+            if w.flag:
+                continue
+            on = w.mask[ranks] & (t >= w.t0_s)
+            downs += on
+            down_now |= on & (t < w.t1_s)
+        return downs, down_now
+
     def compute_mult(self, ranks: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Multiplier (>= 1) on compute time."""
         out = np.ones(ranks.shape)

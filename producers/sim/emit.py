@@ -16,12 +16,13 @@ alive (busy or idle), frozen at the crash once it died.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from mycroft.producers.sim.config import SimConfig
-from mycroft.producers.sim.layout import Layout, host_name
+from mycroft.producers.sim.layout import Layout, host_name, nic_name
 from mycroft.producers.sim.opblock import DONE, GPU_READY, TRANSMITTED, OpBlock
 from mycroft.producers.tracefile import RecordWriter
 from mycroft.schemas.columns import (
@@ -36,9 +37,14 @@ from mycroft.schemas.records import (
     BatchHeader,
     CompletionBatch,
     Heartbeat,
+    NicPort,
     RankHealth,
     StateBatch,
 )
+
+PortState = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""``(ranks, reference times) -> (link outages begun, outage going on)`` of
+each rank's NIC port (``Effects.port_state``)."""
 
 
 @dataclass
@@ -85,6 +91,7 @@ class Emitter:
         writer: RecordWriter,
         *,
         proc_dead_s: np.ndarray | None = None,
+        port_state: PortState | None = None,
     ) -> None:
         self.cfg = cfg
         # The tracer's liveness beat (a daemon thread, every 0.1 s) keeps an
@@ -95,6 +102,7 @@ class Emitter:
             if proc_dead_s is None
             else np.asarray(proc_dead_s, dtype=np.float64)
         )
+        self.port_state = port_state
         self.layout = layout
         self.off = offsets_s
         self.writer = writer
@@ -261,15 +269,33 @@ class Emitter:
                 self.batches[h] += 1
                 self.records += 1
         if self.tick % self.hb_every == 0:
-            self._heartbeats(tick_ns)
+            self._heartbeats(tick_ns, t_h)
 
     def epoch_ns(self, host: int) -> int:
         """Agent start time of ``host``: the trace start on its clock, minus 1 s."""
         return self.cfg.start_ns - 1_000_000_000 + round(float(self.off[host]) * 1e9)
 
-    def _heartbeats(self, tick_ns: int) -> None:
+    def _ports(self, t_h: np.ndarray) -> list[tuple[NicPort, ...]]:
+        """Every host's NIC ports at its tick (port 1 of each NIC; the
+        counters saturate at 255 like the hardware's)."""
+        lay = self.layout
+        if self.port_state is None:
+            return [()] * lay.nhosts
+        gpn = self.cfg.hardware.gpus_per_nic
+        first = np.flatnonzero(lay.local_of % gpn == 0)  # one rank per NIC
+        downs, down_now = self.port_state(first, t_h[lay.host_of[first]])
+        out: list[list[NicPort]] = [[] for _ in range(lay.nhosts)]
+        for r, n, down in zip(
+            first.tolist(), downs.tolist(), down_now.tolist(), strict=True
+        ):
+            nic = nic_name(int(lay.local_of[r]) // gpn)
+            out[int(lay.host_of[r])].append(NicPort(nic, 1, not down, min(n, 255), 0))
+        return [tuple(p) for p in out]
+
+    def _heartbeats(self, tick_ns: int, t_h: np.ndarray) -> None:
         lay, cfg = self.layout, self.cfg
         seen_ns = self.ns(self.seen_rank, lay.host_of)
+        ports = self._ports(t_h)
         for h in range(lay.nhosts):
             ranks = lay.host_ranks(h)
             health = tuple(
@@ -290,6 +316,7 @@ class Emitter:
                 0,
                 0,
                 health,
+                ports[h],
             )
             self.writer.write(hb, tick_ns)
             self.records += 1

@@ -99,7 +99,13 @@ def simulate(
     for topo in topologies(cfg, layout, offsets):
         writer.write(topo, cfg.start_ns)
     emitter = Emitter(
-        cfg, layout, offsets, schedule.started, writer, proc_dead_s=effects.proc_dead
+        cfg,
+        layout,
+        offsets,
+        schedule.started,
+        writer,
+        proc_dead_s=effects.proc_dead,
+        port_state=effects.port_state,
     )
     blocks: list[OpBlock] = []
     end_s = cfg.duration_s + float(np.abs(offsets).max()) + cfg.interval_s

@@ -150,6 +150,12 @@ def host_name(host: int) -> str:
     return f"node{host:04d}"
 
 
+def nic_name(local_nic: int) -> str:
+    """Device name of a host's NIC ``local_nic`` (as Topology and the port
+    state in heartbeats spell it)."""
+    return f"mlx5_{local_nic}"
+
+
 def host_ip(host: int) -> str:
     """IP address of host index ``host``."""
     return f"10.{host >> 16 & 255}.{host >> 8 & 255}.{host & 255}"

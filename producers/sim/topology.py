@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from mycroft.producers.sim.config import SimConfig
-from mycroft.producers.sim.layout import CommGroup, Layout, host_ip, host_name
+from mycroft.producers.sim.layout import (
+    CommGroup,
+    Layout,
+    host_ip,
+    host_name,
+    nic_name,
+)
 from mycroft.schemas.records import (
     ChannelTopology,
     CommMembership,
@@ -65,7 +71,7 @@ def topologies(cfg: SimConfig, layout: Layout, offsets_s: np.ndarray) -> list[To
                 rank=int(r),
                 local_rank=int(layout.local_of[r]),
                 gpu=f"0000:{0x18 + 0x10 * int(layout.local_of[r]):02x}:00.0",
-                nic=f"mlx5_{int(layout.local_of[r]) // gpn}",
+                nic=nic_name(int(layout.local_of[r]) // gpn),
                 comms=tuple(comms[int(r)]),
             )
             for r in layout.host_ranks(h)

@@ -143,7 +143,7 @@ class Analyzer:
         elif isinstance(record, CompletionBatch):
             self._ingest_completion(record, now_ns)
         elif isinstance(record, Heartbeat):
-            self.ctx.store.touch(record.host, record.ts_ns, now_ns)
+            self.ctx.store.touch(record.host, record.ts_ns, now_ns, record.nics)
         elif isinstance(record, Topology):
             self.ctx.topo.add(record)
 
@@ -258,8 +258,9 @@ class Analyzer:
             return found
         if kind is FaultKind.HANG:
             ranks = {r for a in anomalies for r in a.ranks}
+            since = min(a.onset_ns for a in anomalies)
             hung: tuple[list[Culprit], list[Evidence]] = explain_hang(
-                self.ctx, ranks, now_ns
+                self.ctx, ranks, now_ns, since
             )
             return hung
         since = min(a.onset_ns for a in anomalies)

@@ -8,12 +8,14 @@ host's clock; comparisons across hosts tolerate a few ms of offset.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from mycroft.schemas.records import CompletionBatch, StateBatch
+from mycroft.schemas.records import CompletionBatch, NicPort, StateBatch
 from mycroft.schemas.vocab import SEND
+from mycroft.streams.core.ports import PortLog
 
 FLAT_FLOW = np.dtype(
     [
@@ -181,6 +183,12 @@ class ProgressStore:
         self._keys = np.zeros(0, dtype=np.uint64)  # sorted
         self._key_slot = np.zeros(0, dtype=np.int64)
         self._comm_code: dict[int, int] = {}
+        self.ports = PortLog()
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore a snapshot (one taken before port events has none)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("ports", PortLog())
 
     def host(self, name: str) -> HostState:
         """Return the state of host ``name``, creating it."""
@@ -267,7 +275,9 @@ class ProgressStore:
         hs.last_tick_ns = max(hs.last_tick_ns, tick)
         hs.last_now_ns = max(hs.last_now_ns, now_ns)
 
-    def touch(self, host: str, tick_ns: int, now_ns: int) -> None:
+    def touch(
+        self, host: str, tick_ns: int, now_ns: int, nics: Sequence[NicPort] = ()
+    ) -> None:
         """Record that ``host`` is alive (heartbeat).
 
         A heartbeat does not move the host's state position: heartbeats come
@@ -281,6 +291,7 @@ class ProgressStore:
         hs = self.host(host)
         hs.last_now_ns = max(hs.last_now_ns, now_ns)
         hs.beat_tick_ns = max(hs.beat_tick_ns, tick_ns)
+        self.ports.observe(host, tick_ns, nics)
 
     def ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
         """Mark the sending host alive; op rows are handled by the tracker."""

@@ -23,6 +23,7 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
 from mycroft.streams.core.detect import DetectContext, lost_ranks
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
+from mycroft.streams.core.rca_ports import score_port_events
 from mycroft.streams.core.topology import JobTopology
 
 
@@ -405,9 +406,16 @@ def _score_order_cycle(
 
 
 def explain_hang(
-    ctx: DetectContext, symptom_ranks: set[int], now_ns: int
+    ctx: DetectContext,
+    symptom_ranks: set[int],
+    now_ns: int,
+    since_ns: int | None = None,
 ) -> tuple[list[Culprit], list[Evidence]]:
-    """Return culprits (best first) and the evidence chain of a hang."""
+    """Return culprits (best first) and the evidence chain of a hang.
+
+    ``since_ns`` is the incident's onset (NIC port events from about then on
+    are read); default: the flow history's start, ``now_ns - history_ns``.
+    """
     lost_info = lost_ranks(ctx, now_ns)
     lost = set(lost_info)
     g = build_wait_graph(ctx.store, ctx.topo, lost)
@@ -459,6 +467,8 @@ def explain_hang(
     for group in groups:
         _score_order_cycle(ctx, g, group, lost | (group - busy_ranks), blame)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
+    since = now_ns - ctx.cfg.history_ns if since_ns is None else since_ns
+    score_port_events(ctx, suspects, since)
     evidence.extend(_chain(g, start, suspects))
     return _rank(ctx, suspects, FaultKind.HANG), evidence
 

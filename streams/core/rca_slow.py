@@ -36,6 +36,7 @@ from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat, small_median
 from mycroft.streams.core.detect import DetectContext, role_gap_baseline
 from mycroft.streams.core.rca_hang import Suspect, _rank
+from mycroft.streams.core.rca_ports import score_port_events
 
 K = TypeVar("K")
 
@@ -252,6 +253,7 @@ def explain_slowdown(
     flows = _flow_features(ctx.store.flow_history(since_ns))
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
+    score_port_events(ctx, suspects, since_ns)
     late, end_lag, early, worst = _late_scores(ctx, stats)
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
     floor = _late_floor(ctx, span)

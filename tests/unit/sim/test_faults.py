@@ -244,3 +244,35 @@ def test_truth_names_the_fault_and_trace_does_not(name: str) -> None:
         for _, r in tr.records
         if hasattr(r, "header")
     )
+
+
+def _port(tr: Trace, host: str, nic: str) -> list[tuple[int, bool, int]]:
+    """``(heartbeat time, up, link_downed)`` of port 1 of ``nic`` on ``host``."""
+    return [
+        (hb.ts_ns, p.up, p.link_downed)
+        for hb in tr.heartbeats()
+        if hb.host == host
+        for p in hb.nics
+        if p.nic == nic and p.port == 1
+    ]
+
+
+def test_nic_ports_go_down_only_on_the_faulty_nic() -> None:
+    """Rank 9's NIC (host 1, mlx5_0) reports its outages in the heartbeats;
+    the far end of its links, its other NIC and proxy stalls report none."""
+    down = _port(cached(f"nic-down:rank={RANK},at=2"), "node0001", "mlx5_0")
+    before = [(up, n) for t, up, n in down if t < T0_NS + 1.9e9]
+    after = [(up, n) for t, up, n in down if t > T0_NS + 2.1e9]
+    assert before == [(True, 0)] and after == [(False, 1)] * 4
+    flap = cached(f"link-flap:rank={RANK},at=2")
+    counts = [n for _, _, n in _port(flap, "node0001", "mlx5_0")]
+    assert counts == sorted(counts) and counts[-1] >= 2
+    quiet = [
+        p
+        for tr in (flap, cached(f"proxy-delay:rank={RANK},at=2"), cached())
+        for hb in tr.heartbeats()
+        for p in hb.nics
+        if (hb.host, p.nic) != ("node0001", "mlx5_0") or tr is not flap
+    ]
+    assert quiet and all(p.up and p.link_downed == 0 for p in quiet)
+    assert len(cached().heartbeats()[0].nics) == 4

@@ -1,0 +1,83 @@
+"""NIC port events from the node agents' heartbeats.
+
+Flow counters show that a link stopped, not which end of it went down: both
+NICs of a pipeline transfer fall silent together. The port itself knows. Each
+heartbeat carries every NIC port's logical state and its ``link_downed`` /
+``link_error_recovery`` counters (``Heartbeat.nics``); a counter that grew
+since the previous heartbeat, or a port not ACTIVE, is a port event of that
+NIC. Root cause reads them as evidence for the NIC end of a link suspect
+(``rca_ports``); they are never a detector on their own (a port may flap
+without hurting the job).
+
+Times are the heartbeat's ``ts_ns`` (host clock, like the onsets they are
+compared with). The counters are 8 bits in the IB PortCounters and saturate
+at 255: a saturated counter no longer grows, and only the port state is left.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mycroft.schemas.records import NicPort
+
+KEEP_EVENTS = 64
+"""Port events kept per NIC (the newest)."""
+
+
+@dataclass(frozen=True)
+class PortEvents:
+    """What one NIC's ports showed in a time range."""
+
+    downs: int = 0  # link_downed + link_error_recovery increments
+    seen_down: bool = False  # a heartbeat found a port not ACTIVE
+
+    def __bool__(self) -> bool:
+        """Whether anything happened."""
+        return self.downs > 0 or self.seen_down
+
+
+@dataclass
+class _Nic:
+    counters: dict[int, tuple[int, int]] = field(default_factory=dict)  # per port
+    events: deque[tuple[int, int, bool]] = field(
+        default_factory=lambda: deque(maxlen=KEEP_EVENTS)
+    )  # (ts_ns, increments, port down)
+
+
+class PortLog:
+    """Port events of every NIC of a job, keyed by ``(host, nic)``."""
+
+    def __init__(self) -> None:
+        self._nics: dict[tuple[str, str], _Nic] = {}
+
+    def observe(self, host: str, ts_ns: int, ports: Sequence[NicPort]) -> None:
+        """Fold in one heartbeat's ports.
+
+        The first reading of a port is its baseline (counters since boot are
+        history, not an event); a counter that went backwards (reset) is
+        taken as the new baseline; ``-1`` (unreadable) is skipped.
+        """
+        for p in ports:
+            nic = self._nics.setdefault((host, p.nic), _Nic())
+            now = (p.link_downed, p.link_recovered)
+            before = nic.counters.get(p.port)
+            grew = 0
+            if before is not None:
+                grew = sum(
+                    n - b
+                    for n, b in zip(now, before, strict=True)
+                    if n >= 0 and b >= 0 and n > b
+                )
+            nic.counters[p.port] = now
+            if grew or not p.up:
+                nic.events.append((ts_ns, grew, not p.up))
+
+    def events(self, host: str, nic: str, since_ns: int) -> PortEvents:
+        """Port events of ``nic`` on ``host`` at or after ``since_ns``."""
+        found = self._nics.get((host, nic))
+        if found is None:
+            return PortEvents()
+        recent = [(n, down) for t, n, down in found.events if t >= since_ns]
+        return PortEvents(sum(n for n, _ in recent), any(d for _, d in recent))

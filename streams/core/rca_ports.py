@@ -1,0 +1,79 @@
+"""Which end of a link went down: NIC port events as root-cause evidence.
+
+Flow counters blame a link, and when one NIC pair carries every stalled
+transfer (a pipeline send/recv between two hosts) they blame both ends: the
+sender's sends freeze ready but untransmitted, the receiver moves nothing.
+A port that went down, or flapped, is the end at fault. When some link
+suspects' ports went down and others' stayed up, the first get
+``PORT_SCORE`` on nic and the second keep ``QUIET_SHARE`` of their link
+scores: their stall is what a dead far end looks like from a healthy one.
+Only ranks already suspected for a link component (nic, proxy, network) are
+considered: a port event with flows that do not stall is not a cause.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mycroft.schemas.vocab import Component
+from mycroft.streams.core.ports import PortEvents
+
+if TYPE_CHECKING:  # rca_hang and rca_slow call in here
+    from mycroft.streams.core.detect import DetectContext
+    from mycroft.streams.core.rca_hang import Suspect
+
+LINK = (Component.NIC, Component.PROXY, Component.NETWORK)
+
+PORT_LEAD_NS = 5_000_000_000
+"""Port events this long before the incident's onset still count: a port
+reads down in the first heartbeat after it went (1 s), and a link that goes
+down shortly before the first slow op is the usual order."""
+
+PORT_SCORE = 1.5
+"""Added to the nic score of a link suspect whose port went down: above the
+gpu score a rank gets for moving nothing (a rank behind a dead port moves
+nothing either)."""
+
+QUIET_SHARE = 0.5
+"""Share of its link scores a suspect keeps when its port stayed up while
+another link suspect's went down."""
+
+
+def score_port_events(
+    ctx: DetectContext, suspects: dict[int, Suspect], since_ns: int
+) -> None:
+    """Move link blame to the suspects whose NIC port went down or flapped
+    since ``since_ns - PORT_LEAD_NS`` (nothing changes when none did)."""
+    events: dict[int, PortEvents] = {}
+    for r in sorted(suspects):
+        if any(c in suspects[r].scores for c in LINK):
+            host, nic = ctx.topo.nic_key(r)
+            events[r] = ctx.store.ports.events(host, nic, since_ns - PORT_LEAD_NS)
+    down = sorted(r for r, ev in events.items() if ev)
+    if not down:
+        return
+    for r, ev in events.items():
+        sus = suspects[r]
+        host, nic = ctx.topo.nic_key(r)
+        if ev:  # the decisive evidence: stated first
+            sus.scores[Component.NIC] = sus.scores.get(Component.NIC, 0.0) + PORT_SCORE
+            sus.reasons.insert(
+                0,
+                f"port of {nic} on {host} {_what(ev)} since the incident began "
+                "(link_downed / port state): this end of the link failed",
+            )
+            continue
+        for c in LINK:
+            if c in sus.scores:
+                sus.scores[c] *= QUIET_SHARE
+        sus.reasons.append(
+            f"its port ({nic} on {host}) stayed up while rank {down[0]}'s went "
+            "down: its stalled flows are the far end's outage"
+        )
+
+
+def _what(ev: PortEvents) -> str:
+    if not ev.downs:
+        return "was seen down"
+    times = f"went down {ev.downs} time{'s' if ev.downs > 1 else ''}"
+    return times + (" and was seen down" if ev.seen_down else "")

@@ -1,0 +1,139 @@
+"""NIC port events (heartbeats) and the link end they blame."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
+from mycroft.producers.tracefile import RecordWriter
+from mycroft.schemas.records import Heartbeat, NicPort, Record
+from mycroft.schemas.vocab import Component
+from mycroft.streams.analyze import Replay, to_json
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.ports import PortEvents, PortLog
+from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_hang import Suspect
+from mycroft.streams.core.rca_ports import PORT_LEAD_NS, score_port_events
+from mycroft.streams.core.topology import JobTopology
+
+S = 1_000_000_000
+
+
+def _port(
+    downed: int, *, up: bool = True, recovered: int = 0, port: int = 1
+) -> NicPort:
+    return NicPort("mlx5_0", port, up, downed, recovered)
+
+
+def test_counter_growth_and_down_state_are_events_the_first_reading_is_not():
+    log = PortLog()
+    log.observe("h0", 1 * S, [_port(7, recovered=3)])  # since boot: history
+    log.observe("h0", 2 * S, [_port(7, recovered=3)])
+    assert not log.events("h0", "mlx5_0", 0)
+    log.observe("h0", 3 * S, [_port(8, recovered=4)])
+    log.observe("h0", 4 * S, [_port(8, up=False, recovered=4)])
+    assert log.events("h0", "mlx5_0", 0) == PortEvents(2, True)
+    assert log.events("h0", "mlx5_0", 4 * S) == PortEvents(0, True)
+    assert log.events("h0", "mlx5_1", 0) == PortEvents()
+    assert log.events("h1", "mlx5_0", 0) == PortEvents()
+
+
+def test_resets_unreadable_counters_and_other_ports_are_no_events():
+    log = PortLog()
+    log.observe("h0", 1 * S, [_port(200), _port(5, port=2)])
+    log.observe("h0", 2 * S, [_port(0), _port(-1, recovered=-1, port=2)])  # reset
+    log.observe("h0", 3 * S, [_port(0), _port(9, port=2)])  # -1 was a gap
+    assert not log.events("h0", "mlx5_0", 0)
+    log.observe("h0", 4 * S, [_port(0), _port(10, port=2)])
+    assert log.events("h0", "mlx5_0", 0) == PortEvents(1, False)
+
+
+def _ctx() -> DetectContext:
+    cfg = DetectorConfig()
+    topo = JobTopology()
+    for r in range(4):  # ranks 0, 1 on h0's mlx5_0; 2, 3 on h1's
+        topo.rank_host[r] = f"h{r // 2}"
+        topo.rank_nic[r] = "mlx5_0"
+    return DetectContext("j", ProgressStore(cfg.history_ns), topo, BaselineBook(8), cfg)
+
+
+def _tie() -> dict[int, Suspect]:
+    """Both ends of one NIC pair blamed alike, the sender a little more."""
+    out = {0: Suspect(0), 2: Suspect(2)}
+    out[0].add(Component.NIC, 2.5, "sends frozen ready but not transmitted")
+    out[2].add(Component.GPU, 2.0, "moved nothing")
+    out[2].add(Component.NIC, 1.0, "or the receiving NIC")
+    return out
+
+
+def test_the_end_whose_port_went_down_takes_the_link_blame():
+    ctx = _ctx()
+    for t in (1, 2, 3):
+        ctx.store.ports.observe("h0", t * S, [_port(0)])
+        ctx.store.ports.observe("h1", t * S, [_port(0, up=t < 3)])
+    suspects = _tie()
+    score_port_events(ctx, suspects, 2 * S)
+    assert suspects[2].best == (Component.NIC, 2.5)
+    assert suspects[2].reasons[0].startswith("port of mlx5_0 on h1 was seen down")
+    assert suspects[0].best == (Component.NIC, 1.25)
+    assert "stayed up while rank 2's went down" in suspects[0].reasons[-1]
+
+
+def test_without_port_events_nothing_changes():
+    ctx = _ctx()
+    for t in (1, 2, 3):  # every port up; a flap long before the incident
+        ctx.store.ports.observe("h0", t * S, [_port(0)])
+        ctx.store.ports.observe("h1", t * S, [_port(0 if t < 2 else 1)])
+    suspects = _tie()
+    score_port_events(ctx, suspects, 2 * S + PORT_LEAD_NS + 1)
+    assert {r: s.scores for r, s in suspects.items()} == {
+        r: s.scores for r, s in _tie().items()
+    }
+
+
+def test_a_snapshot_without_port_events_restores():
+    """A worker snapshot taken before port events (no ``ports``) restores
+    with an empty port log."""
+    store = ProgressStore(10 * S)
+    state = {k: v for k, v in vars(store).items() if k != "ports"}
+    old = ProgressStore.__new__(ProgressStore)
+    old.__setstate__(state)
+    assert not old.ports.events("h0", "mlx5_0", 0)
+    assert not pickle.loads(pickle.dumps(store)).ports.events("h0", "mlx5_0", 0)
+
+
+class _NoPorts:
+    """A writer that drops the port state from heartbeats (an old agent)."""
+
+    def __init__(self, inner: RecordWriter) -> None:
+        self.inner = inner
+
+    def write(self, record: Record, ts_ns: int) -> None:
+        if isinstance(record, Heartbeat):
+            record = dataclasses.replace(record, nics=())
+        self.inner.write(record, ts_ns)
+
+
+def test_a_nic_dead_under_a_pipeline_transfer_is_named_by_its_port():
+    """Rank 8's NIC dies while it receives a pipeline transfer from rank 40's
+    NIC: the flows blame both ends (without port state the sender is named);
+    the port that went down names the right one."""
+    named = {}
+    for ports in (True, False):
+        rp = Replay()
+        cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=10.0, seed=5)
+        simulate(
+            cfg, [parse_spec("nic-down:rank=8,at=6")], rp if ports else _NoPorts(rp)
+        )
+        doc = to_json(*rp.finish(), rp.first_resolved_ns)
+        best = doc["root_causes"][0]
+        named[ports] = (best["rank"], best["component"])
+        if ports:
+            assert best["reason"].startswith("port of mlx5_0 on node0001 went down")
+    assert named[True][0] in (8, 9) and named[True][1] == "nic"
+    assert named[False][0] in (40, 41)
