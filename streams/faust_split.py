@@ -5,10 +5,12 @@ Stateless: each state or completion batch is decoded, cut by comm group
 re-encoded to the split topic under the key ``job/comm_group``, partition
 ``group_partition(job, group, N)``. Every group gets a part of every state
 batch, empty or not, which carries the host's liveness; topology records are
-copied to every group. Heartbeats are not forwarded: merged into one
-partition with the state batches, a heartbeat consumed ahead of the state
-backlog would move a host's clock past rows not folded yet and fake a stall,
-and the state parts already prove the host alive. Offsets
+copied to every group, and so are heartbeats that carry NIC port state (root
+cause reads it; stage 1 takes nothing else from a heartbeat). A heartbeat's
+liveness is not used there: merged into one partition with the state
+batches, a heartbeat consumed ahead of the state backlog would move a host's
+clock past rows not folded yet and fake a stall, and the state parts already
+prove the host alive. Offsets
 are committed by Faust on its interval after the sends: at-least-once, and a
 re-sent part is dropped by stage 1, which dedups batches on their unchanged
 headers.
@@ -24,7 +26,7 @@ import faust
 
 from mycroft.errors import DecodeError
 from mycroft.schemas.codec import Codec
-from mycroft.schemas.records import CompletionBatch, StateBatch, Topology
+from mycroft.schemas.records import CompletionBatch, Heartbeat, StateBatch, Topology
 from mycroft.streams.core.comm_split import split_by_comm
 from mycroft.streams.faust_runtime import record_job
 from mycroft.streams.faust_settings import StreamSettings
@@ -41,7 +43,9 @@ class Splitter:
         self.codec = Codec()
         self.counts: Counter[str] = Counter()
         raw: dict[str, Any] = {"value_serializer": "raw", "key_serializer": "raw"}
-        self.source = app.topic(topics.state, topics.completion, topics.topology, **raw)
+        self.source = app.topic(
+            topics.state, topics.completion, topics.topology, topics.heartbeat, **raw
+        )
         self.out = app.topic(topics.split_state, **raw)
         self.deadletter = app.topic(topics.deadletter, **raw)
         self.partitions = topics.partitions("split.commstate")
@@ -66,7 +70,9 @@ class Splitter:
             self.counts["rows"] += (
                 len(record.rc) if isinstance(record, StateBatch) else 0
             )
-        elif isinstance(record, Topology):
+        elif isinstance(record, Topology) or (
+            isinstance(record, Heartbeat) and record.nics
+        ):
             for g in range(groups):
                 await self.send(job, g, msg.value)
         self.counts["records"] += 1

@@ -2,9 +2,10 @@
 
 A ``CommAnalyzer`` owns one (job, comm group). It is the job's
 :class:`~mycroft.streams.core.engine.Analyzer` fed only the rows of the
-group's communicators (``comm_split.split_by_comm``) plus every heartbeat and
-topology record, so detectors, baselines and the wait-for graph are exactly
-the single-stage ones restricted to those communicators. Instead of managing
+group's communicators (``comm_split.split_by_comm``) plus every topology
+record and the NIC port state of heartbeats, so detectors, baselines and the
+wait-for graph are exactly the single-stage ones restricted to those
+communicators. Instead of managing
 incidents it emits, per evaluate tick, one :class:`CommSummary`: the
 communicators that stalled, slowed down or mismatched, who is blocked in them
 and where, and the culprits as seen from this group. A culprit that is
@@ -25,6 +26,7 @@ from mycroft.schemas.records import (
     CommSummary,
     Culprit,
     Evidence,
+    Heartbeat,
     Record,
     StateBatch,
 )
@@ -87,7 +89,12 @@ class CommAnalyzer:
         self._slow: dict[int, tuple[int, int]] = {}  # comm -> (onset, last seen)
 
     def ingest(self, record: Record, now_ns: int) -> None:
-        """Fold one record of this group in (rows of other groups are not expected)."""
+        """Fold one record of this group in (rows of other groups are not
+        expected). Of a heartbeat only its NIC port state is kept: the
+        group's state parts carry the host's liveness."""
+        if isinstance(record, Heartbeat):
+            self.inner.ctx.store.ports.observe(record.host, record.ts_ns, record.nics)
+            return
         if isinstance(record, StateBatch):
             self.rows += len(record.rc)
         self.inner.ingest(record, now_ns)

@@ -37,6 +37,7 @@ from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.graph import terminal_groups
+from mycroft.streams.core.topology import JobTopology
 
 FOLLOW_SHARE = 0.5
 """Culprits of a comm within this share of its top confidence are followed."""
@@ -206,10 +207,23 @@ def _chain(
     return out
 
 
-def merge_culprits(statuses: Iterable[CommStatus]) -> list[Culprit]:
+LINK = (Component.NIC, Component.NETWORK, Component.PROXY)
+"""Components only flow counters (G/T/D) can show."""
+
+
+def merge_culprits(
+    statuses: Iterable[CommStatus], topo: JobTopology | None = None
+) -> list[Culprit]:
     """Culprits over several groups' local views: confidence averaged over the
     views that name anyone (a suspect seen by one group of two gets half), so
-    evidence found in several groups adds up, as in one job-wide table."""
+    evidence found in several groups adds up, as in one job-wide table.
+
+    G/T/D first, as within one view: a group that holds a rank's network
+    flows may blame its link (nic, network, proxy), while a group without
+    them sees the same rank, or its NIC mate, only arrive late and blames the
+    gpu. That timing verdict is the link fault's symptom; its confidence
+    joins the link verdict (with ``topo``, NIC mates count as the rank).
+    """
     views = [st.culprits for st in statuses if st.culprits]
     total: dict[tuple[int, Component], float] = {}
     first: dict[tuple[int, Component], Culprit] = {}
@@ -218,10 +232,28 @@ def merge_culprits(statuses: Iterable[CommStatus]) -> list[Culprit]:
             key = (c.rank, c.component)
             total[key] = total.get(key, 0.0) + c.confidence
             first.setdefault(key, c)
+    _gtd_first(total, topo)
     merged = [
         replace(first[k], confidence=round(v / len(views), 3)) for k, v in total.items()
     ]
     return sorted(merged, key=lambda c: (-c.confidence, c.rank))
+
+
+def _gtd_first(
+    total: dict[tuple[int, Component], float], topo: JobTopology | None
+) -> None:
+    """Move each gpu verdict onto the strongest link verdict of its rank or
+    a NIC mate, in place."""
+    links = {k: v for k, v in total.items() if k[1] in LINK}
+    if not links:
+        return
+    for rank, comp in [k for k in total if k[1] is Component.GPU]:
+        near = set(topo.ranks_on_nic(rank)) if topo and topo.host_of(rank) else set()
+        near.add(rank)
+        mine = [k for k in links if k[0] in near]
+        if mine:
+            best = max(mine, key=lambda k: (links[k], -k[0]))
+            total[best] += total.pop((rank, comp))
 
 
 class JobResolver(Analyzer):
@@ -340,7 +372,7 @@ class JobResolver(Analyzer):
             symptom = {c for a in anomalies for c in a.comms}
             culprits, evidence = resolve_hang(statuses, symptom)
         else:
-            culprits = merge_culprits(statuses)[:8]
+            culprits = merge_culprits(statuses, self.ctx.topo)[:8]
             evidence = [e for st in statuses for e in st.evidence]
         done, groups = self.caught_up(inc)
         if done < groups:

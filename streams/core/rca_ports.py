@@ -3,12 +3,14 @@
 Flow counters blame a link, and when one NIC pair carries every stalled
 transfer (a pipeline send/recv between two hosts) they blame both ends: the
 sender's sends freeze ready but untransmitted, the receiver moves nothing.
-A port that went down, or flapped, is the end at fault. When some link
-suspects' ports went down and others' stayed up, the first get
-``PORT_SCORE`` on nic and the second keep ``QUIET_SHARE`` of their link
-scores: their stall is what a dead far end looks like from a healthy one.
-Only ranks already suspected for a link component (nic, proxy, network) are
-considered: a port event with flows that do not stall is not a cause.
+A port that went down, or flapped, is the end at fault. When some
+data-path suspects' ports went down and others' stayed up, the first get
+``PORT_SCORE`` on nic, plus their other data-path scores (a dead port
+explains backed-up sends and a starved GPU alike), and the second keep
+``QUIET_SHARE`` of their data-path scores: their stall is what a dead far
+end looks like from a healthy one. Only ranks already suspected for a
+data-path component (nic, proxy, network, pcie: blamed from flow counters)
+are considered: a port event with flows that do not stall is not a cause.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ if TYPE_CHECKING:  # rca_hang and rca_slow call in here
     from mycroft.streams.core.detect import DetectContext
     from mycroft.streams.core.rca_hang import Suspect
 
-LINK = (Component.NIC, Component.PROXY, Component.NETWORK)
+DATA_PATH = (Component.NIC, Component.PROXY, Component.NETWORK, Component.PCIE)
+"""Components blamed from flow counters: a port that went down explains
+their stalls (flows into a GPU back up behind its dead NIC as behind a
+slow PCIe link)."""
 
 PORT_LEAD_NS = 5_000_000_000
 """Port events this long before the incident's onset still count: a port
@@ -30,13 +35,13 @@ reads down in the first heartbeat after it went (1 s), and a link that goes
 down shortly before the first slow op is the usual order."""
 
 PORT_SCORE = 1.5
-"""Added to the nic score of a link suspect whose port went down: above the
+"""Added to the nic score of a data-path suspect whose port went down: above the
 gpu score a rank gets for moving nothing (a rank behind a dead port moves
 nothing either)."""
 
 QUIET_SHARE = 0.5
 """Share of its link scores a suspect keeps when its port stayed up while
-another link suspect's went down."""
+another data-path suspect's went down."""
 
 
 def score_port_events(
@@ -46,7 +51,7 @@ def score_port_events(
     since ``since_ns - PORT_LEAD_NS`` (nothing changes when none did)."""
     events: dict[int, PortEvents] = {}
     for r in sorted(suspects):
-        if any(c in suspects[r].scores for c in LINK):
+        if any(c in suspects[r].scores for c in DATA_PATH):
             host, nic = ctx.topo.nic_key(r)
             events[r] = ctx.store.ports.events(host, nic, since_ns - PORT_LEAD_NS)
     down = sorted(r for r, ev in events.items() if ev)
@@ -56,14 +61,15 @@ def score_port_events(
         sus = suspects[r]
         host, nic = ctx.topo.nic_key(r)
         if ev:  # the decisive evidence: stated first
-            sus.scores[Component.NIC] = sus.scores.get(Component.NIC, 0.0) + PORT_SCORE
+            folded = sum(sus.scores.pop(c, 0.0) for c in DATA_PATH)
+            sus.scores[Component.NIC] = folded + PORT_SCORE
             sus.reasons.insert(
                 0,
                 f"port of {nic} on {host} {_what(ev)} since the incident began "
                 "(link_downed / port state): this end of the link failed",
             )
             continue
-        for c in LINK:
+        for c in DATA_PATH:
             if c in sus.scores:
                 sus.scores[c] *= QUIET_SHARE
         sus.reasons.append(

@@ -13,6 +13,7 @@ from mycroft.schemas.records import (
     Anomaly,
     CommSummary,
     CompletionBatch,
+    Heartbeat,
     Record,
     RootCause,
     StateBatch,
@@ -29,8 +30,9 @@ _CADENCE_NS = 100_000_000
 class TwoStageReplay:
     """Feed ``(ts_ns, record)`` pairs of one job through all three stages.
 
-    As in the Faust split stage, heartbeats are not forwarded (every group
-    gets a part of every state batch, which carries the host's liveness).
+    As in the Faust split stage, heartbeats reach every group only for their
+    NIC port state (every group gets a part of every state batch, which
+    carries the host's liveness).
 
     Args:
         job_id: The job (records of other jobs are ignored).
@@ -72,6 +74,10 @@ class TwoStageReplay:
             for stage1 in self.groups:
                 stage1.ingest(record, ts_ns)
             self.resolver.ingest(record, ts_ns)
+        elif isinstance(record, Heartbeat) and record.job_id == self.job_id:
+            if record.nics:
+                for stage1 in self.groups:
+                    stage1.ingest(record, ts_ns)
 
     def tick(self, now_ns: int) -> list[CommSummary]:
         """Evaluate every group, hand the summaries to stage 2, evaluate it."""

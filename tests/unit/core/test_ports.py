@@ -8,10 +8,10 @@ import pickle
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
-from mycroft.producers.tracefile import RecordWriter
-from mycroft.schemas.records import Heartbeat, NicPort, Record
+from mycroft.producers.tracefile import ListWriter
+from mycroft.schemas.records import Heartbeat, NicPort
 from mycroft.schemas.vocab import Component
-from mycroft.streams.analyze import Replay, to_json
+from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
@@ -20,6 +20,7 @@ from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_ports import PORT_LEAD_NS, score_port_events
 from mycroft.streams.core.topology import JobTopology
+from mycroft.streams.core.two_stage import TwoStageReplay
 
 S = 1_000_000_000
 
@@ -82,6 +83,10 @@ def test_the_end_whose_port_went_down_takes_the_link_blame():
     assert suspects[2].reasons[0].startswith("port of mlx5_0 on h1 was seen down")
     assert suspects[0].best == (Component.NIC, 1.25)
     assert "stayed up while rank 2's went down" in suspects[0].reasons[-1]
+    starved = {2: Suspect(2)}  # flows into its GPU backed up: pcie-like
+    starved[2].add(Component.PCIE, 1.2, "gpu_ready lags on flows into it")
+    score_port_events(ctx, starved, 2 * S)
+    assert starved[2].scores == {Component.NIC: 2.7}
 
 
 def test_without_port_events_nothing_changes():
@@ -107,33 +112,32 @@ def test_a_snapshot_without_port_events_restores():
     assert not pickle.loads(pickle.dumps(store)).ports.events("h0", "mlx5_0", 0)
 
 
-class _NoPorts:
-    """A writer that drops the port state from heartbeats (an old agent)."""
-
-    def __init__(self, inner: RecordWriter) -> None:
-        self.inner = inner
-
-    def write(self, record: Record, ts_ns: int) -> None:
-        if isinstance(record, Heartbeat):
-            record = dataclasses.replace(record, nics=())
-        self.inner.write(record, ts_ns)
-
-
 def test_a_nic_dead_under_a_pipeline_transfer_is_named_by_its_port():
     """Rank 8's NIC dies while it receives a pipeline transfer from rank 40's
     NIC: the flows blame both ends (without port state the sender is named);
-    the port that went down names the right one."""
-    named = {}
-    for ports in (True, False):
-        rp = Replay()
-        cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=10.0, seed=5)
-        simulate(
-            cfg, [parse_spec("nic-down:rank=8,at=6")], rp if ports else _NoPorts(rp)
-        )
-        doc = to_json(*rp.finish(), rp.first_resolved_ns)
-        best = doc["root_causes"][0]
-        named[ports] = (best["rank"], best["component"])
-        if ports:
-            assert best["reason"].startswith("port of mlx5_0 on node0001 went down")
-    assert named[True][0] in (8, 9) and named[True][1] == "nic"
-    assert named[False][0] in (40, 41)
+    the port that went down names the right one, in one stage and in two."""
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=10.0, seed=5, job_id="sim")
+    writer = ListWriter()
+    simulate(cfg, [parse_spec("nic-down:rank=8,at=6")], writer)
+    old_agent = [
+        (ts, dataclasses.replace(r, nics=()) if isinstance(r, Heartbeat) else r)
+        for ts, r in writer.records
+    ]
+    two = TwoStageReplay("sim", groups=4)
+    for ts, rec in writer.records:
+        two.feed(ts, rec)
+    two.close()
+    best = {}
+    for name, causes in (
+        ("ports", single_stage(writer.records)[1]),
+        ("no ports", single_stage(old_agent)[1]),
+        ("two stages", two.causes),
+    ):
+        (cause,) = causes.values()
+        best[name] = cause.culprits[0]
+    assert best["ports"].reason.startswith("port of mlx5_0 on node0001 went down")
+    assert {n: (c.rank in (8, 9), c.component) for n, c in best.items()} == {
+        "ports": (True, Component.NIC),
+        "no ports": (False, Component.NIC),
+        "two stages": (True, Component.NIC),
+    }

@@ -29,6 +29,7 @@ from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.comm_split import comm_group, split_by_comm
 from mycroft.streams.core.job_resolver import JobResolver, merge_culprits, resolve_hang
+from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.two_stage import TwoStageReplay
 from mycroft.topics import group_key, group_partition, parse_group_key
 from tests.unit.samples import completion_batch
@@ -318,4 +319,34 @@ def test_slowdown_culprits_of_several_groups_add_up() -> None:
         (17, Component.PROXY, 0.55),
         (9, Component.GPU, 0.25),
         (3, Component.GPU, 0.2),
+    ]
+
+
+def test_a_link_verdict_absorbs_other_groups_timing_verdicts_on_its_nic() -> None:
+    """G/T/D first across groups: the group holding rank 9's network flows
+    blames its NIC; groups without them see rank 9 (or its NIC mate 8) late
+    and blame the gpu. Those are the link fault's symptom. A gpu verdict
+    off that NIC stays its own."""
+
+    def view(*culprits: Culprit) -> CommStatus:
+        return CommStatus(1, FaultKind.SLOWDOWN, 0, 0, 0, culprits=culprits)
+
+    topo = JobTopology()
+    for r in range(16):
+        topo.rank_host[r] = f"h{r // 8}"
+        topo.rank_nic[r] = f"mlx5_{(r % 8) // 2}"
+    views = [
+        view(_culprit(9, Component.NIC, 0.6)),
+        view(_culprit(9, Component.GPU, 0.6)),
+        view(_culprit(8, Component.GPU, 0.5), _culprit(12, Component.GPU, 0.3)),
+    ]
+    merged = merge_culprits(views, topo)
+    assert [(c.rank, c.component, c.confidence) for c in merged] == [
+        (9, Component.NIC, 0.567),
+        (12, Component.GPU, 0.1),
+    ]
+    plain = merge_culprits(views)  # without topology only rank 9's own moves
+    assert [(c.rank, c.component) for c in plain][:2] == [
+        (9, Component.NIC),
+        (8, Component.GPU),
     ]
