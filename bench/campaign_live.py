@@ -39,7 +39,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.campaign.score import score_run  # noqa: E402
-from bench.campaign_offline import HANG_KINDS, aggregate, plot  # noqa: E402
+from bench.campaign_offline import (  # noqa: E402
+    HANG_KINDS,
+    aggregate,
+    plot,
+    source_commit,
+)
 from mycroft.infra.kafka_broker import KafkaBroker  # noqa: E402
 from mycroft.kafka_client import DecodingConsumer, create_topics  # noqa: E402
 from mycroft.producers.sim.faults import FAULTS  # noqa: E402
@@ -360,10 +365,11 @@ def main() -> int:
     p.add_argument("--max-wait", type=float, default=120.0,
                    help="s to wait for the workers to catch up")  # fmt: skip
     a = p.parse_args()
-    started = time.time()
+    started, commit = time.time(), source_commit()
     rows = campaign(a)
     doc = {
         "command": " ".join(["python bench/campaign_live.py", *sys.argv[1:]]),
+        "commit": commit,
         "ranks": a.ranks, "seeds": a.seeds, "workers": a.workers,
         "two_stage": a.two_stage, "comm_groups": a.comm_groups if a.two_stage else None,
         "concurrency": a.concurrency, "duration_s": a.duration,

@@ -162,7 +162,8 @@ def _live_campaign(r: dict[str, Any]) -> list[str]:
         f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
         f"{r['duration_s']:g} simulated s per run published live (wall-clock "
         f"pace) into a real broker, {r['concurrency']} jobs at a time, "
-        f"{workers}; whole campaign {r['wall_s']} s.{lag} "
+        f"{workers}; whole campaign {r['wall_s']} s, source "
+        f"{r.get('commit', 'not recorded')}.{lag} "
         "Latencies are broker timestamps of "
         "the anomaly / root-cause records minus the injected onset (seconds).",
         "",
