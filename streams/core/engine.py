@@ -35,7 +35,7 @@ from mycroft.streams.core.detect import (
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import explain_hang
 from mycroft.streams.core.rca_mismatch import explain_mismatch
-from mycroft.streams.core.rca_slow import explain_slowdown
+from mycroft.streams.core.rca_slow import HOSTWIDE_CONF, explain_slowdown
 from mycroft.streams.core.topology import JobTopology
 
 Finding: TypeAlias = Anomaly | RootCause
@@ -272,13 +272,19 @@ def _better(culprits: list[Culprit], inc: Incident) -> bool:
     """Whether ``culprits`` should revise the incident's published answer.
 
     A more confident top culprit does. So does one as confident when the
-    published top culprit is no longer named at all: its evidence is gone
-    (an early, weak verdict on a few ms of noise, capped like the verdict
-    that replaces it, must not stand for the rest of the incident).
+    published answer was a capped one (``HOSTWIDE_CONF``) whose top culprit
+    is no longer named at all: its evidence is gone (an early, weak verdict
+    on a few ms of noise, capped like the verdict that replaces it, must not
+    stand for the rest of the incident). An uncapped answer is not revised
+    at equal confidence: live, a worker's partial view (a lost rank seen
+    alive again after a restore or a rebalance) would otherwise flip a
+    right answer to a wrong one.
     """
     top = culprits[0].confidence
     if top > inc.top_conf:
         return True
+    if inc.top_conf > HOSTWIDE_CONF:
+        return False
     published = inc.signature[1] if len(inc.signature) > 1 else ()
     old = published[0] if isinstance(published, tuple) and published else None
     named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}

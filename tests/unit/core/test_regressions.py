@@ -255,3 +255,9 @@ def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     assert not _better([new, old], inc)
     assert not _better([weaker], inc)
     assert _better([stronger, old], inc)
+    # An uncapped answer (a lost rank: process, 0.99) is not flipped at equal
+    # confidence by a partial view that no longer sees the rank lost.
+    inc.signature = (FaultKind.HANG, ((33, Component.PROCESS, None, None),))
+    inc.top_conf = 0.99
+    assert not _better([Culprit(33, "h4", Component.HOST, FaultKind.HANG, 0.99)], inc)
+    assert _better([Culprit(33, "h4", Component.HOST, FaultKind.HANG, 1.0)], inc)
