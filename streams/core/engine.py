@@ -21,7 +21,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.schemas.vocab import FaultKind
+from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CompletionTracker, RecentStats
 from mycroft.streams.core.config import DetectorConfig
@@ -35,6 +35,7 @@ from mycroft.streams.core.detect import (
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import explain_hang
 from mycroft.streams.core.rca_mismatch import explain_mismatch
+from mycroft.streams.core.rca_ports import port_failed
 from mycroft.streams.core.rca_slow import HOSTWIDE_CONF, explain_slowdown
 from mycroft.streams.core.topology import JobTopology
 
@@ -227,7 +228,10 @@ class Analyzer:
         )
         escalated = bool(inc.signature) and inc.signature[0] != kind
         if sig == inc.signature or (
-            inc.revision >= 0 and not escalated and not _better(culprits, inc)
+            inc.revision >= 0
+            and not escalated
+            and not _better(culprits, inc)
+            and not self._port_turn(culprits, inc)
         ):
             return None
         inc.top_conf = culprits[0].confidence
@@ -245,6 +249,27 @@ class Analyzer:
             onset_ns=min(a.onset_ns for a in inc.anomalies.values()),
             detected_ns=inc.detected_ns,
             resolved_ns=now_ns,
+        )
+
+    def _port_turn(self, culprits: list[Culprit], inc: Incident) -> bool:
+        """Whether a port event overturns the published answer.
+
+        Both ends of a dead link stall together, and the first answer may
+        name the far end, confidently, before the failed port's first
+        heartbeat arrives. A new top culprit on another rank whose port went
+        down, against a published one whose port stayed up, revises it
+        whatever the confidences: the port is the only evidence that tells
+        the two ends apart.
+        """
+        old = _published_top(inc)
+        new = culprits[0]
+        if old is None or not isinstance(old[0], int) or old[0] == new.rank:
+            return False
+        if new.component is not Component.NIC:
+            return False
+        since = min(a.onset_ns for a in inc.anomalies.values())
+        return port_failed(self.ctx, new.rank, since) and not port_failed(
+            self.ctx, old[0], since
         )
 
     def _explain(
@@ -285,10 +310,18 @@ def _better(culprits: list[Culprit], inc: Incident) -> bool:
         return True
     if inc.top_conf > HOSTWIDE_CONF:
         return False
-    published = inc.signature[1] if len(inc.signature) > 1 else ()
-    old = published[0] if isinstance(published, tuple) and published else None
+    old = _published_top(inc)
     named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}
     return old is not None and old not in named and top >= inc.top_conf
+
+
+def _published_top(inc: Incident) -> tuple[object, ...] | None:
+    """``(rank, component, peer, channel)`` of the published top culprit."""
+    published = inc.signature[1] if len(inc.signature) > 1 else ()
+    if isinstance(published, tuple) and published:
+        top = published[0]
+        return top if isinstance(top, tuple) else None
+    return None
 
 
 _SNAPSHOT_STATS_NS = 500_000_000

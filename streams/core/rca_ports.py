@@ -78,6 +78,15 @@ def score_port_events(
         )
 
 
+def port_failed(ctx: DetectContext, rank: int, since_ns: int) -> bool:
+    """Whether ``rank``'s NIC port went down or flapped since
+    ``since_ns - PORT_LEAD_NS`` (False when its NIC is not known)."""
+    host, nic = ctx.topo.nic_key(rank)
+    return bool(nic) and bool(
+        ctx.store.ports.events(host, nic, since_ns - PORT_LEAD_NS)
+    )
+
+
 def _what(ev: PortEvents) -> str:
     if not ev.downs:
         return "was seen down"

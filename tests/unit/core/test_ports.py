@@ -9,12 +9,13 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.tracefile import ListWriter
-from mycroft.schemas.records import Heartbeat, NicPort
-from mycroft.schemas.vocab import Component
+from mycroft.schemas.records import Anomaly, Culprit, Heartbeat, NicPort
+from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.ports import PortEvents, PortLog
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import Suspect
@@ -141,3 +142,33 @@ def test_a_nic_dead_under_a_pipeline_transfer_is_named_by_its_port():
         "no ports": (False, Component.NIC),
         "two stages": (True, Component.NIC),
     }
+
+
+def test_a_port_heard_late_overturns_a_confident_far_end_answer():
+    """The first answer named the far end of a dead link (rank 2, 0.99)
+    before rank 0's failed port was heard; a new answer naming rank 0's NIC
+    revises it although it is less confident. Without that port event, a
+    same-rank answer, or a far end whose own port went down, it does not."""
+    an = Analyzer("j")
+    an.ctx = _ctx()
+    inc = Incident("j:hang:1:0", FaultKind.HANG, 10 * S, 11 * S)
+    inc.anomalies["a"] = Anomaly(
+        "a", "j", FaultKind.HANG, (1,), (0, 2), 10 * S, 11 * S, "hang", "stalled"
+    )
+    inc.signature = (FaultKind.HANG, ((2, Component.NIC, 0, 0),))
+    inc.top_conf = 0.99
+    near = [Culprit(0, "h0", Component.NIC, FaultKind.HANG, 0.67)]
+    assert not an._port_turn(near, inc)  # no port heard yet
+    for t in (8, 9, 12):
+        an.ctx.store.ports.observe("h0", t * S, [_port(0, up=t < 12)])
+        an.ctx.store.ports.observe("h1", t * S, [_port(0)])
+    assert an._port_turn(near, inc)
+    assert not an._port_turn([_on_rank(near[0], 2)], inc)
+    gpu = [Culprit(0, "h0", Component.GPU, FaultKind.HANG, 0.67)]
+    assert not an._port_turn(gpu, inc)
+    an.ctx.store.ports.observe("h1", 13 * S, [_port(1)])  # the far end flapped too
+    assert not an._port_turn(near, inc)
+
+
+def _on_rank(c: Culprit, rank: int) -> Culprit:
+    return dataclasses.replace(c, rank=rank, host=f"h{rank // 2}")
