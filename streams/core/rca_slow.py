@@ -48,7 +48,8 @@ class FlowFeatures:
     ``ready`` is the mean over every snapshot, as a fraction of the flow's
     total; ``gt_chunks`` and ``td_chunks`` are the worst op's mean gap in
     chunks over the snapshots where the flow had started (something ready,
-    not all done); ``started``: there was one.
+    not all done); ``started``: there was one. ``freeze_seq`` and
+    ``freeze_start_ns`` place the longest freeze (-1 when none).
     """
 
     rank: int
@@ -62,6 +63,8 @@ class FlowFeatures:
     gt_chunks: float = 0.0
     td_chunks: float = 0.0
     started: bool = False
+    freeze_seq: int = -1
+    freeze_start_ns: int = -1
 
 
 def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
@@ -87,7 +90,7 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
     for i, (rank, peer, ch, comm) in enumerate(uniq.tolist()):
         f = send[bounds[i] : bounds[i + 1]]
         tot = np.maximum(f["total"], 1).astype(np.float64)
-        eps, longest = _freezes(f)
+        eps, longest, at = _freezes(f)
         run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
         out.append(
             FlowFeatures(
@@ -102,6 +105,8 @@ def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
                 gt_chunks=_worst_op(run, run["gpu_ready"] - run["transmitted"]),
                 td_chunks=_worst_op(run, run["transmitted"] - run["done"]),
                 started=bool(len(run)),
+                freeze_seq=int(f["seq"][at]) if at >= 0 else -1,
+                freeze_start_ns=int(f["tick_ns"][at]) if at >= 0 else -1,
             )
         )
     return out
@@ -119,15 +124,16 @@ def _worst_op(run: np.ndarray, gap: np.ndarray) -> float:
     return float(means.max())
 
 
-def _freezes(f: np.ndarray) -> tuple[int, int]:
-    """Count episodes where T stood still while G > T, and the longest (ns)."""
+def _freezes(f: np.ndarray) -> tuple[int, int, int]:
+    """Count episodes where T stood still while G > T; return the count, the
+    longest (ns) and the snapshot index where it began (-1 when none)."""
     same_op = (f["seq"][1:] == f["seq"][:-1]) & (f["comm"][1:] == f["comm"][:-1])
     stuck = (
         same_op
         & (f["transmitted"][1:] == f["transmitted"][:-1])
         & (f["gpu_ready"][1:] > f["transmitted"][1:])
     )
-    eps, longest, run_start = 0, 0, -1
+    eps, longest, at, run_start = 0, 0, -1, -1
     ticks = f["tick_ns"]
     for i, st in enumerate(stuck.tolist()):
         if st and run_start < 0:
@@ -135,11 +141,51 @@ def _freezes(f: np.ndarray) -> tuple[int, int]:
         if (not st or i == len(stuck) - 1) and run_start >= 0:
             end = i + 1 if st else i
             dur = int(ticks[end] - ticks[run_start])
-            if dur >= 300_000_000:
+            if dur >= FREEZE_NS:
                 eps += 1
-                longest = max(longest, dur)
+                if dur > longest:
+                    longest, at = dur, run_start
             run_start = -1
-    return eps, longest
+    return eps, longest, at
+
+
+FREEZE_NS = 300_000_000
+"""T standing still this long while G > T is a freeze (not a slow link)."""
+
+
+def _waited_on_transfers(
+    flows: list[FlowFeatures], stats: Sequence[CollectiveStat]
+) -> dict[int, str]:
+    """Receivers that had issued an op before its inbound transfer froze.
+
+    A sender's T standing still while its data is ready, after the receiver
+    issued the op, is a stall on the sending side (its proxy, its NIC, the
+    link): the receiver is late afterwards because it waited, as a rank that
+    arrives early somewhere waited there. A receiver that issued the op only
+    halfway through the freeze or later is what the sender waited on, and
+    stays a suspect. Returns ``{receiver: reason}``.
+    """
+    frozen = [f for f in flows if f.freeze_seq >= 0 and f.rank != f.peer]
+    if not frozen:
+        return {}
+    wanted = {(f.comm, f.freeze_seq) for f in frozen}
+    ops = {(st.comm, st.seq): st for st in stats if (st.comm, st.seq) in wanted}
+    out: dict[int, str] = {}
+    for f in sorted(frozen, key=lambda f: -f.longest_freeze_ns):
+        st = ops.get((f.comm, f.freeze_seq))
+        if st is None or f.peer in out:
+            continue
+        at = np.flatnonzero(st.ranks == f.peer)
+        if not len(at):
+            continue
+        issued = int(st.issue_ns[at[0]])
+        if issued <= f.freeze_start_ns + f.longest_freeze_ns // 2:
+            out[f.peer] = (
+                f"had issued op {f.freeze_seq} before the transfer from rank "
+                f"{f.rank} froze for {f.longest_freeze_ns / 1e9:.1f} s with its "
+                "data ready: it is late because it waited"
+            )
+    return out
 
 
 def _late_scores(
@@ -255,6 +301,9 @@ def explain_slowdown(
     _merge_nic_mates(ctx, suspects)
     score_port_events(ctx, suspects, since_ns)
     late, end_lag, early, worst = _late_scores(ctx, stats)
+    waited = _waited_on_transfers(flows, stats)
+    early |= set(waited)
+    evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
     floor = _late_floor(ctx, span)
     singles = {r for r in _outliers(late, floor) if r not in early}
