@@ -164,6 +164,13 @@ def _waited_on_transfers(
     arrives early somewhere waited there. A receiver that issued the op only
     halfway through the freeze or later is what the sender waited on, and
     stays a suspect. Returns ``{receiver: reason}``.
+
+    Arrival is the enqueue (``issue_ns``): a receive's first progress is its
+    first data, which comes after the freeze whoever caused it. A receiver
+    whose CPU enqueues far ahead of a slow GPU would pass for one that
+    waited, but only behind a freeze of ``FREEZE_NS`` or more that began
+    while it was already there, which a GPU a few ms slow per op does not
+    cause.
     """
     frozen = [f for f in flows if f.freeze_seq >= 0 and f.rank != f.peer]
     if not frozen:
