@@ -24,7 +24,12 @@ from mycroft.streams.core.detect import (
 )
 from mycroft.streams.core.progress import FLAT_FLOW
 from mycroft.streams.core.rca_hang import Suspect
-from mycroft.streams.core.rca_slow import FlowFeatures, _flow_features, _score_links
+from mycroft.streams.core.rca_slow import (
+    FlowFeatures,
+    _flow_features,
+    _score_links,
+    _waited_on_transfers,
+)
 from mycroft.streams.core.topology import CommInfo
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
 from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
@@ -245,3 +250,48 @@ def test_flow_gap_is_the_worst_op_not_the_window_mean():
     rows["gpu_ready"], rows["transmitted"], rows["done"] = 0, 0, 0
     (f,) = _flow_features(rows)
     assert not f.started and f.gt_chunks == 0.0
+
+
+def test_a_freeze_is_placed_at_its_op_and_first_snapshot():
+    rows = np.zeros(12, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.arange(12) * 100 * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["seq"] = np.array([0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3])
+    rows["total"], rows["gpu_ready"], rows["transmitted"] = 64, 20, 20
+    rows["transmitted"][2:8] = 3  # op 1: T still for 500 ms, 17 chunks ready
+    (f,) = _flow_features(rows)
+    assert (f.episodes, f.longest_freeze_ns) == (1, 500 * MS)
+    assert (f.freeze_seq, f.freeze_start_ns) == (1, 200 * MS)
+    rows["transmitted"][2:8] = 20  # no freeze
+    (f,) = _flow_features(rows)
+    assert (f.episodes, f.freeze_seq, f.freeze_start_ns) == (0, -1, -1)
+
+
+def _p2p(seq: int, send_at: int, recv_at: int) -> CollectiveStat:
+    issue = np.array([send_at, recv_at], np.int64)
+    return CollectiveStat(
+        comm=77,
+        seq=seq,
+        kind=0,
+        nbytes=1 << 20,
+        ranks=np.array([4, 8], np.int32),
+        issue_ns=issue,
+        start_ns=issue,
+        end_ns=issue + 900 * MS,
+        prev_issue_ns=np.full(2, -1, np.int64),
+    )
+
+
+def test_a_receiver_there_before_the_transfer_froze_waited():
+    """Rank 8 had enqueued op 5 when rank 4's ready data stopped moving for
+    800 ms: its later lateness is waiting, not its GPU. Had it come halfway
+    through the freeze or later, it is what rank 4 waited on."""
+    frozen = FlowFeatures(
+        4, 8, 0, 77, 64.0, 0.5, 1, 800 * MS, 7.0, 0.0, True, 5, 10_000 * MS
+    )
+    assert set(_waited_on_transfers([frozen], [_p2p(5, 9_990 * MS, 9_950 * MS)]))
+    assert set(_waited_on_transfers([frozen], [_p2p(5, 9_990 * MS, 10_300 * MS)]))
+    assert not _waited_on_transfers([frozen], [_p2p(5, 9_990 * MS, 10_500 * MS)])
+    assert not _waited_on_transfers([frozen], [_p2p(6, 9_990 * MS, 9_950 * MS)])
+    moving = FlowFeatures(4, 8, 0, 77, 64.0, 0.5, 0, 0, 7.0, 0.0, True)
+    assert not _waited_on_transfers([moving], [_p2p(5, 9_990 * MS, 9_950 * MS)])

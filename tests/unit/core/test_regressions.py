@@ -220,6 +220,17 @@ def test_sim_hang_culprit(fault, component):
     assert best["component"] == component.value
 
 
+def test_a_receiver_late_after_waiting_on_a_stalled_sender_is_not_the_culprit():
+    """A send proxy stall freezes rank 54's ready sends to rank 22 (another
+    host) for most of a second; 22, already at the op, is late in its other
+    groups afterwards. That lateness is waiting: the sender's proxy is the
+    culprit, not 22's GPU (which was named first, at 0.91)."""
+    truth, doc = _sim("proxy-delay", 8, duration=16.0, shape=(8, 2, 4))
+    best = doc["root_causes"][0]
+    assert best["rank"] in truth["faults"][0]["ranks"]
+    assert best["component"] == Component.PROXY.value
+
+
 def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():
     """A hang stalls every comm of the job; only the first
     ``incident_max_anomalies`` anomalies are published, all of them count."""
