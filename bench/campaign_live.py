@@ -364,19 +364,32 @@ def main() -> int:
     )
     p.add_argument("--max-wait", type=float, default=120.0,
                    help="s to wait for the workers to catch up")  # fmt: skip
+    p.add_argument("--append", action="store_true",
+                   help="add these runs to --out (a run of the same fault and "
+                   "seed replaces the old one) instead of replacing it")  # fmt: skip
     a = p.parse_args()
+    out = a.out or RESULTS / f"campaign_live_{a.ranks}.json"
     started, commit = time.time(), source_commit()
     rows = campaign(a)
+    command = " ".join(["python bench/campaign_live.py", *sys.argv[1:]])
+    wall = round(time.time() - started, 1)
+    if a.append and out.exists():
+        # Each part keeps the command and source commit it measured.
+        old = json.loads(out.read_text())
+        again = {(r["fault"], r["seed"]) for r in rows}
+        rows = [r for r in old["rows"] if (r["fault"], r["seed"]) not in again] + rows
+        command = f"{old.get('command', '(command not recorded)')}; {command}"
+        commit = f"{old.get('commit', 'not recorded')}, {commit}"
+        wall = round(old["wall_s"] + wall, 1)
     doc = {
-        "command": " ".join(["python bench/campaign_live.py", *sys.argv[1:]]),
+        "command": command,
         "commit": commit,
         "ranks": a.ranks, "seeds": a.seeds, "workers": a.workers,
         "two_stage": a.two_stage, "comm_groups": a.comm_groups if a.two_stage else None,
         "concurrency": a.concurrency, "duration_s": a.duration,
-        "wall_s": round(time.time() - started, 1),
+        "wall_s": wall,
         "per_fault": aggregate(rows), "paper": paper_comparison(rows), "rows": rows,
     }  # fmt: skip
-    out = a.out or RESULTS / f"campaign_live_{a.ranks}.json"
     out.write_text(json.dumps(doc, indent=2) + "\n")
     png = out.with_name(out.stem + "_cdf.png")
     plot({"sizes": {str(a.ranks): {"runs": rows}}}, png)

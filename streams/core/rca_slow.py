@@ -19,6 +19,8 @@ Link gaps are judged in chunks against the role's pooled healthy baseline
 
 A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank: this follows a slowdown across groups to its origin.
+So is a receiver that was at an op before its inbound transfer froze at the
+sender: its lateness afterwards is the wait (``_waited_on_transfers``).
 """
 
 from __future__ import annotations
