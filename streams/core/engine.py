@@ -227,7 +227,10 @@ class Analyzer:
             tuple((c.rank, c.component, c.peer, c.channel) for c in culprits[:3]),
         )
         escalated = bool(inc.signature) and inc.signature[0] != kind
-        if sig == inc.signature or (
+        if sig == inc.signature:
+            if not _firmed(culprits, inc):
+                return None
+        elif (
             inc.revision >= 0
             and not escalated
             and not _better(culprits, inc)
@@ -313,6 +316,13 @@ def _better(culprits: list[Culprit], inc: Incident) -> bool:
     old = _published_top(inc)
     named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}
     return old is not None and old not in named and top >= inc.top_conf
+
+
+def _firmed(culprits: list[Culprit], inc: Incident) -> bool:
+    """Whether the same answer, published capped (``HOSTWIDE_CONF``), now
+    stands uncapped: it is published again, so that readers see it confirmed
+    and a later answer needs more than the cap to revise it."""
+    return inc.top_conf <= HOSTWIDE_CONF < culprits[0].confidence
 
 
 def _published_top(inc: Incident) -> tuple[object, ...] | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -197,21 +197,30 @@ def _waited_on_transfers(
     return out
 
 
-def _late_scores(
-    ctx: DetectContext, stats: Sequence[CollectiveStat]
-) -> tuple[dict[int, float], dict[int, float], set[int], dict[int, float]]:
-    """Return per-rank late-arrival excess, last-finish excess (ns), waiters
-    and the worst per-comm late excess.
+class Lateness(NamedTuple):
+    """Per-rank timing of the ops completed since the onset.
 
-    The first two are medians over every op of the rank (a rank late only
-    where it waited on another group stays near zero). The last is
-    aggregated per (comm, rank) first and the rank's worst comm is kept: a
-    host whose ranks all run late is on time inside its own (intra-host)
-    groups and late only in the groups that cross hosts, which the mixed
-    median hides (used by the whole-host rule only).
+    ``late`` and ``end_lag`` are medians over every op of the rank (a rank
+    late only where it waited on another group stays near zero), in ns.
+    ``worst`` is aggregated per (comm, rank) first and the rank's worst comm
+    is kept: a host whose ranks all run late is on time inside its own
+    (intra-host) groups and late only in the groups that cross hosts, which
+    the mixed median hides. ``early`` holds the ranks that waited somewhere;
+    ``ops`` counts each rank's ops.
     """
+
+    late: dict[int, float]
+    end_lag: dict[int, float]
+    early: set[int]
+    worst: dict[int, float]
+    ops: dict[int, int]
+
+
+def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Lateness:
+    """Return each rank's lateness, finishing lag, worst group and op count,
+    and the ranks that arrived early somewhere (see ``Lateness``)."""
     if not stats:
-        return {}, {}, set(), {}
+        return Lateness({}, {}, set(), {}, {})
     # Waiting in a group means arriving early by a real margin: a fraction of
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
@@ -231,7 +240,8 @@ def _late_scores(
     for (_, r), i in _groups(pairs).items():
         med = small_median(excess[i])
         worst[r] = max(worst.get(r, med), med)
-    return agg, agg_end, early, worst
+    ops = {r: len(i) for r, i in by_rank.items()}
+    return Lateness(agg, agg_end, early, worst, ops)
 
 
 _MEMBER_ROW = np.dtype(
@@ -285,6 +295,12 @@ HOSTWIDE_CONF = 0.6
 lateness in one group only, or by finishing last alone (a pcie verdict with
 no flow or ready evidence)."""
 
+MIN_TIMING_OPS = 3
+"""A timing verdict (gpu or pcie) on fewer of the rank's ops since the onset
+is capped at ``HOSTWIDE_CONF``: one late op, seen before any flow evidence,
+is the only suspect and would otherwise get 0.99 (a rank 6 ms late once,
+0.2 s into a switch congestion that its flows name 6 s later)."""
+
 SYMPTOM_SHARE = 0.1
 """A timing suspect's (a rank's or a whole host's) lateness or finishing lag
 must reach this share of the largest lateness or lag seen in the incident."""
@@ -309,7 +325,7 @@ def explain_slowdown(
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     score_port_events(ctx, suspects, since_ns)
-    late, end_lag, early, worst = _late_scores(ctx, stats)
+    late, end_lag, early, worst, ops = _late_scores(ctx, stats)
     waited = _waited_on_transfers(flows, stats)
     early |= set(waited)
     evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
@@ -323,6 +339,7 @@ def explain_slowdown(
         ctx, suspects, _outliers(worst, share), stats, span, singles=singles
     )
     weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
+    weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
     for st in list(stats)[-3:]:
         evidence.append(
             Evidence(
@@ -341,7 +358,7 @@ def explain_slowdown(
     # (without flow counters, e.g. on gloo, a neighbour of a straggler can
     # finish last before the straggler's own late arrivals are counted):
     # their confidence is capped so that a later, better-founded culprit can
-    # revise them.
+    # revise them. So is a timing verdict on fewer than MIN_TIMING_OPS ops.
     ranked = [
         replace(c, confidence=min(c.confidence, HOSTWIDE_CONF))
         if (c.rank in hostwide and c.component is Component.GPU)
@@ -449,7 +466,8 @@ def _link_score(n: int) -> float:
     return 2.0 + 2.0 * math.log2(1 + n)
 
 
-def _blame_flow(
+def _blame_flow(  # noqa: PLR0913 - private helper of one module
+    ctx: DetectContext,
     suspects: dict[int, Suspect],
     flags: list[LinkFlag],
     flows: list[FlowFeatures],
@@ -459,23 +477,45 @@ def _blame_flow(
     score: float,
     why: str,
 ) -> None:
-    """Name ``comp`` on the rank of ``ranks`` with the worst flagged send flow
-    (else its worst cross-host send flow), with that flow."""
+    """Name ``comp`` on the rank of ``ranks`` with the worst flagged send flow,
+    with that flow.
+
+    Without one: its worst cross-host send flow, else the worst flagged flow
+    into it (named from the culprit's end: ``rank -> sender``). A NIC, a
+    proxy and the network carry only traffic between hosts, so the flow
+    named is never one to a GPU of the same host.
+    """
+    host_of = ctx.topo.host_of
     own = [(f, ex) for f, ex in flags if f.rank in ranks]
+    into = [(f, ex) for f, ex in flags if f.peer in ranks]
+    mine = [
+        f
+        for f in flows
+        if f.rank in ranks and f.started and host_of(f.rank) != host_of(f.peer)
+    ]
     if own:
         flow = max(own, key=lambda x: (x[1], -x[0].rank))[0]
-    else:
-        mine = [f for f in flows if f.rank in ranks and f.started]
-        if not mine:
-            return
+        rank, peer = flow.rank, flow.peer
+    elif mine:
         flow = max(mine, key=lambda f: (f.gt_chunks + f.td_chunks, -f.rank))
-    if comp is Component.NIC and 0 < flow.episodes <= 2:
+        rank, peer = flow.rank, flow.peer
+    elif into:
+        flow = max(into, key=lambda x: (x[1], -x[0].peer))[0]
+        rank, peer = flow.peer, flow.rank
+    else:
+        return
+    if comp is Component.NIC and rank == flow.rank and 0 < flow.episodes <= 2:
         comp = Component.PROXY
         why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
-    sus = suspects.setdefault(flow.rank, Suspect(flow.rank))
+    sus = suspects.setdefault(rank, Suspect(rank))
     sus.add(comp, score, why)
-    sus.flow = (flow.peer, flow.channel)
+    sus.flow = (peer, flow.channel)
 
+
+TIED_HOSTS = 4
+"""Most hosts named for one network verdict when they are tied for the
+most flagged flows (the first congested flows into a switch touch the
+two senders' hosts and the two receivers' hosts alike)."""
 
 AMBIGUOUS_END = 0.8
 """Weight of the far end of flagged flows when it is tied with the sending
@@ -497,7 +537,9 @@ def _score_links(
       on the host most of them touch;
     * ... else per NIC touched by the most flagged flows: sending on them,
       that NIC (proxy if T froze in 1-2 long episodes, or if one GPU sends
-      them all while its NIC mate sends normally); only receiving them
+      them all while its NIC mate sends normally; but if that GPU's backlog
+      is steady, towards one receiver only, and it sends to other hosts
+      normally, the receiver's PCIe does not drain); only receiving them
       into one GPU from several NICs, that GPU's receive path does not drain
       (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
       sender-receiver pair) names both ends, the receiving one weaker.
@@ -527,16 +569,20 @@ def _blame_hosts(
     flows: list[FlowFeatures],
     why: Callable[[str, int], str],
 ) -> None:
-    """Network on the host that most flagged flows touch; a host tied with it
-    (the two ends of the same flows) is named too, weaker."""
+    """Network on the host that most flagged flows touch; hosts tied with it
+    (the two ends of the same flows, or two pairs of hosts across one
+    switch) are named too, weaker, up to ``TIED_HOSTS``: a tie is
+    ambiguity, and the top culprit's confidence says so (a later answer
+    from more flows can revise it)."""
     hosts = _weights(flags, ctx.topo.host_of)
     most = max(n for n, _, _ in hosts.values())
     tops = sorted(
         (h for h, (n, _, _) in hosts.items() if n == most),
         key=lambda h: (-hosts[h][1], -hosts[h][2], h),
     )
-    for i, host in enumerate(tops[:2]):
+    for i, host in enumerate(tops[:TIED_HOSTS]):
         _blame_flow(
+            ctx,
             suspects,
             flags,
             flows,
@@ -577,6 +623,37 @@ def _one_gpu_behind(
     return rank if mates and clean == mates else None
 
 
+def _receiver_behind(
+    ctx: DetectContext,
+    sender: int,
+    backlog: list[LinkFlag],
+    flows: list[FlowFeatures],
+) -> int | None:
+    """The one receiver that ``sender``'s backed-up flows all go to, when
+    none of them froze and ``sender`` sends to another host without a
+    backlog in the same window; else None.
+
+    A send proxy serves every connection of its GPU, and a stalled proxy
+    freezes T: a steady backlog towards one peer only, while the same GPU
+    sends normally elsewhere, is that peer not draining (its PCIe).
+    """
+    mine = [f for f, _ in backlog if f.rank == sender]
+    peers = {f.peer for f in mine}
+    if len(peers) != 1 or any(f.episodes for f in mine):
+        return None
+    host_of = ctx.topo.host_of
+    flagged = {(f.rank, f.peer) for f, _ in backlog}
+    elsewhere = any(
+        f.rank == sender
+        and f.started
+        and f.peer not in peers
+        and (f.rank, f.peer) not in flagged
+        and host_of(f.rank) != host_of(f.peer)
+        for f in flows
+    )
+    return next(iter(peers)) if elsewhere else None
+
+
 def _score_backlog(
     ctx: DetectContext,
     suspects: dict[int, Suspect],
@@ -604,6 +681,7 @@ def _score_backlog(
         (k for k, (n, _, _) in nics.items() if n == most),
         key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
     )
+    drains: set[int] = set()  # receivers already named for not draining
     for nic in tops[:2]:
         on = [
             (f, ex)
@@ -617,7 +695,21 @@ def _score_backlog(
         score = _link_score(most)
         if out_of:
             alone = _one_gpu_behind(ctx, out_of, backlog, flows)
+            drain = (
+                None if alone is None else _receiver_behind(ctx, alone, out_of, flows)
+            )
+            if drain is not None:
+                drains.add(drain)
+                suspects.setdefault(drain, Suspect(drain)).add(
+                    Component.PCIE,
+                    score,
+                    f"rank {alone} backs up (G-T, no freeze) only on its flows "
+                    f"into rank {drain} and sends to other hosts normally: "
+                    f"rank {drain}'s receive path (PCIe) does not drain",
+                )
+                continue
             _blame_flow(
+                ctx,
                 suspects,
                 out_of,
                 flows,
@@ -634,7 +726,7 @@ def _score_backlog(
                     else ""
                 ),
             )
-        elif len(into) == 1:
+        elif len(into) == 1 and into.isdisjoint(drains):
             rank = next(iter(into))
             suspects.setdefault(rank, Suspect(rank)).add(
                 Component.PCIE,
@@ -643,8 +735,9 @@ def _score_backlog(
                 "a ready-not-sent backlog (G-T) while its NIC mate receives "
                 "normally: its receive path (PCIe) does not drain",
             )
-        else:
+        elif len(into) > 1:
             _blame_flow(
+                ctx,
                 suspects,
                 on,
                 flows,

@@ -38,7 +38,7 @@ from mycroft.streams.core.detect import (
 )
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.progress import ProgressStore
-from mycroft.streams.core.rca_slow import _late_scores
+from mycroft.streams.core.rca_slow import Lateness, _late_scores
 
 MS = 1_000_000
 
@@ -286,7 +286,7 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
 
 def _late_scores_reference(
     ctx: DetectContext, stats: list[CollectiveStat]
-) -> tuple[dict[int, float], dict[int, float], set[int], dict[int, float]]:
+) -> Lateness:
     late: dict[int, list[float]] = {}
     endl: dict[int, list[float]] = {}
     per_comm: dict[tuple[int, int], list[float]] = {}
@@ -305,11 +305,12 @@ def _late_scores_reference(
     worst: dict[int, float] = {}
     for (_, r), v in per_comm.items():
         worst[r] = max(worst.get(r, float(np.median(v))), float(np.median(v)))
-    return (
+    return Lateness(
         {r: float(np.median(v)) for r, v in late.items()},
         {r: float(np.median(v)) for r, v in endl.items()},
         early,
         worst,
+        {r: len(v) for r, v in late.items()},
     )
 
 
@@ -322,4 +323,4 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
         assert got == want
         assert list(got) == list(want)  # same order (ties resolve the same way)
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
-    assert _late_scores(fed.ctx, []) == ({}, {}, set(), {})
+    assert _late_scores(fed.ctx, []) == ({}, {}, set(), {}, {})

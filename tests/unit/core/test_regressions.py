@@ -12,14 +12,14 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
-from mycroft.schemas.records import Culprit
+from mycroft.schemas.records import Anomaly, Culprit, RootCause
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component, FaultKind
 from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, observe_collective
-from mycroft.streams.core.engine import Incident, _better
+from mycroft.streams.core.engine import Analyzer, Incident, _better
 from mycroft.streams.core.graph import _data_edges
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.topology import JobTopology
@@ -229,6 +229,32 @@ def test_a_receiver_late_after_waiting_on_a_stalled_sender_is_not_the_culprit():
     best = doc["root_causes"][0]
     assert best["rank"] in truth["faults"][0]["ranks"]
     assert best["component"] == Component.PROXY.value
+
+
+def test_a_capped_answer_confirmed_is_published_again_and_then_stands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An early answer capped for thin evidence, then named again at full
+    confidence, is republished confirmed; after that an equally confident
+    different answer does not flip it, while before it would have."""
+    answers = iter(
+        [
+            Culprit(6, "h1", Component.GPU, FaultKind.SLOWDOWN, 0.6),
+            Culprit(6, "h1", Component.GPU, FaultKind.SLOWDOWN, 0.6),
+            Culprit(6, "h1", Component.GPU, FaultKind.SLOWDOWN, 0.99),
+            Culprit(9, "h2", Component.NETWORK, FaultKind.SLOWDOWN, 0.99),
+        ]
+    )
+    an = Analyzer("j")
+    monkeypatch.setattr(an, "_explain", lambda *_: ([next(answers)], []))
+    slow = Anomaly("a", "j", FaultKind.SLOWDOWN, (1,), (6,), 0, 0, "late", "")
+    published = [
+        (f.revision, f.culprits[0].rank, f.culprits[0].confidence)
+        for t in range(4)
+        for f in an.track([slow] if t == 0 else [], t * 1_000_000_000)
+        if isinstance(f, RootCause)
+    ]
+    assert published == [(0, 6, 0.6), (1, 6, 0.99)]
 
 
 def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():

@@ -5,7 +5,8 @@
 * GPUs sharing a NIC are one NIC for link evidence;
 * lateness is judged per comm (a whole late host is on time in its own
   intra-host groups);
-* a host-wide timing verdict, or a pcie verdict resting only on finishing
+* a host-wide timing verdict, a timing verdict on fewer than
+  ``MIN_TIMING_OPS`` ops, or a pcie verdict resting only on finishing
   last, is capped so G/T/D or late-arrival evidence can revise it.
 """
 
@@ -22,6 +23,7 @@ from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_slow import (
     HOSTWIDE_CONF,
+    MIN_TIMING_OPS,
     _intra_host_slowdown,
     _late_scores,
     _merge_nic_mates,
@@ -154,7 +156,8 @@ def test_lateness_is_judged_per_comm():
         stats.append(_stat(1, seq + 10, [0, 1, 2, 3], [seq * MS] * 4, [MS] * 4))
         # comm B: rank 0 with 3 other hosts, 40 ms late
         stats.append(_stat(2, seq, [0, 4, 8, 12], [40 * MS, 0, 0, 0], [MS] * 4))
-    mixed, _, _, worst = _late_scores(ctx, stats)
+    found = _late_scores(ctx, stats)
+    mixed, worst = found.late, found.worst
     assert worst[0] == 40 * MS  # the worst comm, not diluted by comm A
     assert mixed[0] == 0
 
@@ -232,3 +235,24 @@ def test_jitter_is_not_named_beside_a_large_slowdown():
             stats.append(_stat(0x100 + h, s, mine, at, [MS] * PER_HOST))
     culprits, _ = explain_slowdown(ctx, stats, 0)
     assert all(c.rank != 9 for c in culprits)
+
+
+def test_a_timing_verdict_on_one_op_is_capped():
+    """A rank late once, the only suspect so far, is named but revisable;
+    late in op after op, it stands at full confidence."""
+    ctx = _ctx()
+    ranks = list(range(PER_HOST * HOSTS))
+
+    def late_once(s: int) -> CollectiveStat:
+        t = s * 100 * MS
+        return _stat(
+            1, s, ranks, [t + (40 * MS if r == 6 else 0) for r in ranks], [MS] * 16
+        )
+
+    culprits, _ = explain_slowdown(ctx, [late_once(0)], 0)
+    assert culprits[0].rank == 6 and culprits[0].component is Component.GPU
+    assert culprits[0].confidence <= HOSTWIDE_CONF
+    culprits, _ = explain_slowdown(
+        ctx, [late_once(s) for s in range(MIN_TIMING_OPS)], 0
+    )
+    assert culprits[0].rank == 6 and culprits[0].confidence > HOSTWIDE_CONF
