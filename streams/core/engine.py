@@ -58,6 +58,7 @@ class Incident:
     revision: int = -1
     signature: tuple[object, ...] = ()
     top_conf: float = 0.0
+    proposed: tuple[object, ...] = ()  # the last round's answer, published or not
 
 
 class Dedup:
@@ -227,13 +228,14 @@ class Analyzer:
             tuple((c.rank, c.component, c.peer, c.channel) for c in culprits[:3]),
         )
         escalated = bool(inc.signature) and inc.signature[0] != kind
+        again, inc.proposed = inc.proposed == sig, sig
         if sig == inc.signature:
             if not _firmed(culprits, inc):
                 return None
         elif (
             inc.revision >= 0
             and not escalated
-            and not _better(culprits, inc)
+            and not _better(culprits, inc, again=again)
             and not self._port_turn(culprits, inc)
         ):
             return None
@@ -296,22 +298,24 @@ class Analyzer:
         return [c for c in culprits if c.confidence >= 0.2][:8], ev
 
 
-def _better(culprits: list[Culprit], inc: Incident) -> bool:
+def _better(culprits: list[Culprit], inc: Incident, *, again: bool) -> bool:
     """Whether ``culprits`` should revise the incident's published answer.
 
     A more confident top culprit does. So does one as confident when the
     published answer was a capped one (``HOSTWIDE_CONF``) whose top culprit
-    is no longer named at all: its evidence is gone (an early, weak verdict
-    on a few ms of noise, capped like the verdict that replaces it, must not
-    stand for the rest of the incident). An uncapped answer is not revised
-    at equal confidence: live, a worker's partial view (a lost rank seen
-    alive again after a restore or a rebalance) would otherwise flip a
-    right answer to a wrong one.
+    is no longer named at all, and the same answer was proposed in the
+    previous round too (``again``): its evidence is gone (an early, weak
+    verdict on a few ms of noise, capped like the verdict that replaces it,
+    must not stand for the rest of the incident), and not for one round
+    only (a rule whose conditions hold in one window flickers). An uncapped
+    answer is not revised at equal confidence: live, a worker's partial view
+    (a lost rank seen alive again after a restore or a rebalance) would
+    otherwise flip a right answer to a wrong one.
     """
     top = culprits[0].confidence
     if top > inc.top_conf:
         return True
-    if inc.top_conf > HOSTWIDE_CONF:
+    if inc.top_conf > HOSTWIDE_CONF or not again:
         return False
     old = _published_top(inc)
     named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}

@@ -537,9 +537,7 @@ def _score_links(
       on the host most of them touch;
     * ... else per NIC touched by the most flagged flows: sending on them,
       that NIC (proxy if T froze in 1-2 long episodes, or if one GPU sends
-      them all while its NIC mate sends normally; but if that GPU's backlog
-      is steady, towards one receiver only, and it sends to other hosts
-      normally, the receiver's PCIe does not drain); only receiving them
+      them all while its NIC mate sends normally); only receiving them
       into one GPU from several NICs, that GPU's receive path does not drain
       (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
       sender-receiver pair) names both ends, the receiving one weaker.
@@ -623,37 +621,6 @@ def _one_gpu_behind(
     return rank if mates and clean == mates else None
 
 
-def _receiver_behind(
-    ctx: DetectContext,
-    sender: int,
-    backlog: list[LinkFlag],
-    flows: list[FlowFeatures],
-) -> int | None:
-    """The one receiver that ``sender``'s backed-up flows all go to, when
-    none of them froze and ``sender`` sends to another host without a
-    backlog in the same window; else None.
-
-    A send proxy serves every connection of its GPU, and a stalled proxy
-    freezes T: a steady backlog towards one peer only, while the same GPU
-    sends normally elsewhere, is that peer not draining (its PCIe).
-    """
-    mine = [f for f, _ in backlog if f.rank == sender]
-    peers = {f.peer for f in mine}
-    if len(peers) != 1 or any(f.episodes for f in mine):
-        return None
-    host_of = ctx.topo.host_of
-    flagged = {(f.rank, f.peer) for f, _ in backlog}
-    elsewhere = any(
-        f.rank == sender
-        and f.started
-        and f.peer not in peers
-        and (f.rank, f.peer) not in flagged
-        and host_of(f.rank) != host_of(f.peer)
-        for f in flows
-    )
-    return next(iter(peers)) if elsewhere else None
-
-
 def _score_backlog(
     ctx: DetectContext,
     suspects: dict[int, Suspect],
@@ -681,7 +648,6 @@ def _score_backlog(
         (k for k, (n, _, _) in nics.items() if n == most),
         key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
     )
-    drains: set[int] = set()  # receivers already named for not draining
     for nic in tops[:2]:
         on = [
             (f, ex)
@@ -695,19 +661,6 @@ def _score_backlog(
         score = _link_score(most)
         if out_of:
             alone = _one_gpu_behind(ctx, out_of, backlog, flows)
-            drain = (
-                None if alone is None else _receiver_behind(ctx, alone, out_of, flows)
-            )
-            if drain is not None:
-                drains.add(drain)
-                suspects.setdefault(drain, Suspect(drain)).add(
-                    Component.PCIE,
-                    score,
-                    f"rank {alone} backs up (G-T, no freeze) only on its flows "
-                    f"into rank {drain} and sends to other hosts normally: "
-                    f"rank {drain}'s receive path (PCIe) does not drain",
-                )
-                continue
             _blame_flow(
                 ctx,
                 suspects,
@@ -726,7 +679,7 @@ def _score_backlog(
                     else ""
                 ),
             )
-        elif len(into) == 1 and into.isdisjoint(drains):
+        elif len(into) == 1:
             rank = next(iter(into))
             suspects.setdefault(rank, Suspect(rank)).add(
                 Component.PCIE,
@@ -735,7 +688,7 @@ def _score_backlog(
                 "a ready-not-sent backlog (G-T) while its NIC mate receives "
                 "normally: its receive path (PCIe) does not drain",
             )
-        elif len(into) > 1:
+        else:
             _blame_flow(
                 ctx,
                 suspects,

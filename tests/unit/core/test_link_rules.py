@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
@@ -262,28 +260,6 @@ def test_backlog_on_one_gpu_of_a_shared_nic_is_its_proxy():
     assert (rank, comp) == (4, Component.PROXY)
     assert suspects[4].flow == (8, 0)
     assert suspects[8].best[0] is Component.PCIE  # the far end, weaker
-
-
-def test_a_steady_backlog_towards_one_receiver_is_its_pcie():
-    """Rank 4 backs up only on its flows into rank 8, without a freeze, and
-    sends to another host normally: its proxy works, rank 8 does not drain.
-    The same backlog with T frozen in an episode is rank 4's proxy."""
-    ctx = _ctx()
-    _warm(ctx)
-    flows = _with(_healthy_flows(), {(4, 8): (4.0, 0.0)}) + [_flow(4, 12, ch=2)]
-    suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, flows)
-    assert _best(suspects)[:2] == (8, Component.PCIE)
-    assert Component.PROXY not in suspects.get(4, Suspect(4)).scores
-    frozen = [
-        replace(f, episodes=1, longest_freeze_ns=800 * MS)
-        if (f.rank, f.peer) == (4, 8)
-        else f
-        for f in flows
-    ]
-    suspects = {}
-    _score_links(ctx, suspects, frozen)
-    assert _best(suspects)[:2] == (4, Component.PROXY)
 
 
 def test_flow_gap_is_the_worst_op_not_the_window_mean():

@@ -5,6 +5,8 @@ Each test names the principle it protects; none depends on simulator quirks.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -257,6 +259,26 @@ def test_a_capped_answer_confirmed_is_published_again_and_then_stands(
     assert published == [(0, 6, 0.6), (1, 6, 0.99)]
 
 
+def test_a_capped_answer_is_not_flipped_by_one_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A different, equally capped answer replaces a capped one that is no
+    longer named only when two rounds in a row propose it."""
+    gpu = Culprit(6, "h1", Component.GPU, FaultKind.SLOWDOWN, 0.6)
+    host = Culprit(0, "h0", Component.GPU, FaultKind.SLOWDOWN, 0.6)
+    answers = iter([gpu, host, gpu, host, host])
+    an = Analyzer("j")
+    monkeypatch.setattr(an, "_explain", lambda *_: ([next(answers)], []))
+    slow = Anomaly("a", "j", FaultKind.SLOWDOWN, (1,), (6,), 0, 0, "late", "")
+    published = [
+        (f.revision, f.culprits[0].rank, t)
+        for t in range(5)
+        for f in an.track([slow] if t == 0 else [], t * 1_000_000_000)
+        if isinstance(f, RootCause)
+    ]
+    assert published == [(0, 6, 0), (1, 0, 4)]
+
+
 def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():
     """A hang stalls every comm of the job; only the first
     ``incident_max_anomalies`` anomalies are published, all of them count."""
@@ -288,13 +310,15 @@ def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     new = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     weaker = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.5)
     stronger = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.7)
-    assert _better([new], inc)
-    assert not _better([new, old], inc)
-    assert not _better([weaker], inc)
-    assert _better([stronger, old], inc)
+    assert _better([new], inc, again=True)
+    assert not _better([new], inc, again=False)  # one round only: a flicker
+    assert not _better([new, old], inc, again=True)
+    assert not _better([weaker], inc, again=True)
+    assert _better([stronger, old], inc, again=False)
     # An uncapped answer (a lost rank: process, 0.99) is not flipped at equal
     # confidence by a partial view that no longer sees the rank lost.
     inc.signature = (FaultKind.HANG, ((33, Component.PROCESS, None, None),))
     inc.top_conf = 0.99
-    assert not _better([Culprit(33, "h4", Component.HOST, FaultKind.HANG, 0.99)], inc)
-    assert _better([Culprit(33, "h4", Component.HOST, FaultKind.HANG, 1.0)], inc)
+    host = Culprit(33, "h4", Component.HOST, FaultKind.HANG, 0.99)
+    assert not _better([host], inc, again=True)
+    assert _better([replace(host, confidence=1.0)], inc, again=False)
