@@ -158,14 +158,24 @@ def _live_campaign(r: dict[str, Any]) -> list[str]:
         if catch
         else ""
     )
+    speed = r.get("speed", 1.0)
+    pace, clock = (
+        ("wall-clock pace", "")
+        if speed == 1.0
+        else (
+            f"{speed:g} trace s per wall s, workers' clocks at the same speed",
+            f", mapped to the trace clock (the pipeline's wall-clock delays "
+            f"shrink by {speed:g} with them)",
+        )
+    )
     rows = [
         f"{r['ranks']} ranks per job, {r['seeds']} seed(s) per fault, "
-        f"{r['duration_s']:g} simulated s per run published live (wall-clock "
-        f"pace) into a real broker, {r['concurrency']} jobs at a time, "
+        f"{r['duration_s']:g} simulated s per run published live ({pace}) into "
+        f"a real broker, {r['concurrency']} jobs at a time, "
         f"{workers}; whole campaign {r['wall_s']} s, source "
         f"{r.get('commit', 'not recorded')}.{lag} "
-        "Latencies are broker timestamps of "
-        "the anomaly / root-cause records minus the injected onset (seconds).",
+        f"Latencies are broker timestamps of the anomaly / root-cause records"
+        f"{clock} minus the injected onset (seconds).",
         "",
         *fault_table(r["per_fault"]),
     ]

@@ -71,6 +71,7 @@ class JobSlot:
     that time arrived, so a job whose records stop still ages (hang check).
     The wall anchor is not persisted: a restored job restarts its clock at the
     restore time, so downtime is never mistaken for silence of the job.
+    ``speed`` is trace seconds per wall second (below 1 for a slowed replay).
     """
 
     job_id: str
@@ -79,6 +80,7 @@ class JobSlot:
     trace_ns: int = 0
     anchor_s: float = 0.0
     dirty: bool = True  # changed since its last snapshot
+    speed: float = 1.0
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
         """Advance the trace clock with a record's time seen at ``wall_s``."""
@@ -101,7 +103,8 @@ class JobSlot:
         """Current time of the job on its trace clock, ns (0: nothing seen)."""
         if self.trace_ns == 0:
             return 0
-        return self.trace_ns + int(max(0.0, wall_s - self.anchor_s) * 1e9)
+        elapsed = max(0.0, wall_s - self.anchor_s) * self.speed
+        return self.trace_ns + int(elapsed * 1e9)
 
 
 def dump_slot(slot: JobSlot) -> bytes:
@@ -110,7 +113,9 @@ def dump_slot(slot: JobSlot) -> bytes:
     return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
-def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
+def load_slot(
+    blob: bytes, partition: int, wall_s: float, speed: float = 1.0
+) -> JobSlot:
     """Rebuild a slot from :func:`dump_slot` bytes; its clock restarts at ``wall_s``.
 
     Only this worker's own changelog topic is ever unpickled.
@@ -118,7 +123,7 @@ def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
     version, job_id, trace_ns, engine = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
     if version != SNAPSHOT_VERSION:
         raise ValueError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
-    return JobSlot(job_id, partition, engine, trace_ns, wall_s)
+    return JobSlot(job_id, partition, engine, trace_ns, wall_s, speed=speed)
 
 
 @dataclass
@@ -126,6 +131,7 @@ class JobRouter:
     """Job id -> slot, grouped by partition; creates engines on first sight."""
 
     factory: EngineFactory
+    speed: float = 1.0  # trace s per wall s (StreamSettings.trace_speed)
     slots: dict[str, JobSlot] = field(default_factory=dict)
     loaded: set[int] = field(default_factory=set)
 
@@ -133,7 +139,8 @@ class JobRouter:
         """The job's slot, created empty when new."""
         slot = self.slots.get(job_id)
         if slot is None:
-            slot = self.slots[job_id] = JobSlot(job_id, partition, self.factory(job_id))
+            slot = JobSlot(job_id, partition, self.factory(job_id), speed=self.speed)
+            self.slots[job_id] = slot
         return slot
 
     def on_partition(self, partition: int) -> list[JobSlot]:
@@ -152,7 +159,7 @@ class JobRouter:
             if job_id in self.slots:
                 continue
             try:
-                self.slots[job_id] = load_slot(blob, partition, wall_s)
+                self.slots[job_id] = load_slot(blob, partition, wall_s, self.speed)
             except (
                 ValueError,
                 AttributeError,

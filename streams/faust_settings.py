@@ -46,6 +46,11 @@ class StreamSettings:
             detection and summaries) or ``job`` (stage 2: per job root cause).
         comm_groups: Comm groups per job in the two-stage worker; ``split``
             and ``comm`` workers must agree on it.
+        trace_speed: Trace seconds per wall-clock second of the jobs fed to
+            this worker: 1 for live jobs; below 1 for a replay or a
+            simulation published slower than real time (``mycroft simulate
+            --speed``). A job's clock runs on at this rate while its records
+            are silent, so hang thresholds stay in trace seconds.
     """
 
     bootstrap: str
@@ -63,6 +68,7 @@ class StreamSettings:
     job_idle_s: float = 120.0
     stage: str = "single"
     comm_groups: int = 8
+    trace_speed: float = 1.0
 
     def __post_init__(self) -> None:
         servers = self.bootstrap.split(",") if self.bootstrap else []
@@ -101,6 +107,11 @@ class StreamSettings:
             )
         if not 1 <= self.comm_groups <= 4096:
             raise ConfigError(f"comm groups must be 1..4096, got {self.comm_groups}")
+        if not 0.01 <= self.trace_speed <= 100:
+            raise ConfigError(
+                "trace speed must be 0.01..100 trace s per wall s, "
+                f"got {self.trace_speed}"
+            )
 
     @property
     def group_id(self) -> str:
@@ -142,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
         "--stage", choices=STAGES, help="single (default) or a two-stage worker stage"
     )
     p.add_argument("--comm-groups", type=int, help="comm groups per job (two-stage)")
+    p.add_argument(
+        "--trace-speed", type=float, help="trace s per wall s of the jobs (default 1)"
+    )
     return p
 
 

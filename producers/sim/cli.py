@@ -31,16 +31,22 @@ log = logging.getLogger(__name__)
 
 
 class PacedWriter:
-    """Hold each record until its trace time has come in wall-clock time."""
+    """Hold each record until its trace time has come in wall-clock time.
 
-    def __init__(self, inner: RecordWriter, start_ns: int) -> None:
+    ``speed`` is trace seconds per wall second: 0.25 publishes a 24 s trace
+    over 96 s (workers then need ``--trace-speed 0.25``).
+    """
+
+    def __init__(self, inner: RecordWriter, start_ns: int, speed: float = 1.0) -> None:
         self.inner = inner
         self.start_ns = start_ns
+        self.speed = speed
         self.t0 = time.monotonic()
 
     def write(self, record: Record, ts_ns: int) -> None:
         """Sleep until ``ts_ns`` is due, then pass the record on."""
-        delay = (ts_ns - self.start_ns) / 1e9 - (time.monotonic() - self.t0)
+        due = (ts_ns - self.start_ns) / 1e9 / self.speed
+        delay = due - (time.monotonic() - self.t0)
         if delay > 0:
             time.sleep(delay)
         self.inner.write(record, ts_ns)
@@ -124,11 +130,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="as fast as possible (default with --out)",
     )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="paced: trace s per wall s (below 1 for jobs too large for the "
+        "workers at hand in real time; give the workers the same --trace-speed)",
+    )
     return p
 
 
 def config_from(args: argparse.Namespace) -> SimConfig:
     """Build and validate the simulation config from parsed arguments."""
+    if not 0.01 <= args.speed <= 100:
+        raise ConfigError(
+            f"--speed must be 0.01..100 trace s per wall s, got {args.speed}"
+        )
     tp, pp, dp = from_ranks(args.ranks, args.tp, args.pp, args.dp)
     cfg = SimConfig(
         tp=tp,
@@ -157,7 +174,7 @@ def run(args: argparse.Namespace) -> SimResult:
     )
     realtime = bool(args.kafka) if args.realtime is None else args.realtime
     if realtime:
-        writer = PacedWriter(writer, cfg.start_ns)
+        writer = PacedWriter(writer, cfg.start_ns, args.speed)
     try:
         result = simulate(cfg, specs, writer)
     finally:

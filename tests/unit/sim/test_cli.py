@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from mycroft.errors import ConfigError
+from mycroft.producers.sim import cli
 from mycroft.producers.sim.cli import main
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.faults import parse_spec, resolve
-from mycroft.producers.tracefile import read_records
+from mycroft.producers.tracefile import ListWriter, read_records
 from mycroft.schemas.records import StateBatch
+from tests.unit.samples import T0, state_batch
 
 
 def test_cli_writes_trace_and_truth(tmp_path: Path) -> None:
@@ -68,6 +70,22 @@ def test_cli_rejects_bad_shapes(
         == 2
     )
     assert "unknown fault" in capsys.readouterr().err
+    assert main(["--ranks", "16", "--tp", "8", "--speed", "0", *args]) == 2
+    assert "--speed must be" in capsys.readouterr().err
+
+
+def test_paced_writer_holds_records_for_trace_time_over_speed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cli.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    inner = ListWriter()
+    paced = cli.PacedWriter(inner, start_ns=T0, speed=0.25)
+    paced.write(state_batch(0), T0 + 2_000_000_000)  # 2 trace s = 8 wall s
+    assert clock[0] == pytest.approx(108.0)
+    paced.write(state_batch(1), T0 + 1_000_000_000)  # already due: no wait
+    assert clock[0] == pytest.approx(108.0) and len(inner.records) == 2
 
 
 def test_parse_spec_validates_keys() -> None:

@@ -90,6 +90,16 @@ def test_clock_ages_with_wall_time_and_never_goes_back() -> None:
     assert slot.now_ns(9.0) == T0  # wall clock never makes time run backwards
 
 
+def test_a_slowed_job_ages_at_its_trace_speed_also_after_a_restore() -> None:
+    router = JobRouter(FakeEngine, speed=0.25)
+    slot = router.slot("j", 0)
+    slot.observe(T0, wall_s=10.0)
+    assert slot.now_ns(14.0) == T0 + 1_000_000_000  # 4 wall s = 1 trace s
+    router.drop([0])
+    assert router.restore([("j", dump_slot(slot))], 0, wall_s=50.0) == 1
+    assert router.slots["j"].now_ns(54.0) == T0 + 1_000_000_000
+
+
 def test_router_groups_jobs_by_partition_and_drops_revoked() -> None:
     router = JobRouter(FakeEngine)
     a, b = router.slot("a", 0), router.slot("b", 1)

@@ -6,7 +6,7 @@ import pytest
 
 from mycroft.errors import ConfigError
 from mycroft.streams.app import faust_config, main
-from mycroft.streams.faust_settings import StreamSettings, parse_settings
+from mycroft.streams.faust_settings import StreamSettings, parse_settings, to_argv
 from mycroft.streams.faust_topics import tick_topic
 
 
@@ -52,6 +52,7 @@ def test_defaults_and_faust_config() -> None:
         {"bootstrap": "h:1", "loglevel": "loud"},
         {"bootstrap": "h:1", "prefix": "a b"},
         {"bootstrap": "h:1", "stats_interval_s": 0},
+        {"bootstrap": "h:1", "trace_speed": 0},
     ],
 )
 def test_invalid_settings_raise_config_error(kwargs: dict[str, object]) -> None:
@@ -77,3 +78,8 @@ def test_main_reports_config_errors_with_exit_code_2(
 ) -> None:
     assert main(["worker", "--bootstrap", "nohost"]) == 2
     assert "bootstrap" in capsys.readouterr().err
+
+
+def test_worker_flags_read_back_as_the_same_settings() -> None:
+    s = StreamSettings("h:1", partitions=4, rates=False, trace_speed=0.25, stage="comm")
+    assert parse_settings(to_argv(s), env={}) == ("worker", s)
