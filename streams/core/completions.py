@@ -11,6 +11,7 @@ import numpy as np
 
 from mycroft.schemas.records import CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES
+from mycroft.streams.core.rows import stack_rows
 
 _SEND, _RECV = OP_NAMES.index("send"), OP_NAMES.index("recv")
 
@@ -144,19 +145,6 @@ class CollectiveStat:
         return out
 
 
-def _stack_rows(parts: list[np.ndarray]) -> np.ndarray:
-    """Concatenate same-dtype structured rows (``np.concatenate`` promotes
-    structured dtypes field by field first: most of its cost on small parts)."""
-    if len(parts) == 1:
-        return parts[0]
-    out = np.empty(sum(len(p) for p in parts), dtype=parts[0].dtype)
-    at = 0
-    for p in parts:
-        out[at : at + len(p)] = p
-        at += len(p)
-    return out
-
-
 def _group_by_op(
     op: np.ndarray,
 ) -> tuple[np.ndarray, list[tuple[int, int]], list[tuple[int, int] | None], list[int]]:
@@ -257,7 +245,7 @@ class CompletionTracker:
         if nranks <= 0 or len(self._seen[key]) < nranks:
             return None
         seen = self._seen.pop(key)
-        rows = _stack_rows(self._partial.pop(key))
+        rows = stack_rows(self._partial.pop(key))
         del self._first_seen[key]
         if len(rows) == len(seen):
             rows = rows[np.argsort(rows["rank"], kind="stable")]

@@ -16,6 +16,7 @@ import numpy as np
 from mycroft.schemas.records import CompletionBatch, NicPort, StateBatch
 from mycroft.schemas.vocab import SEND
 from mycroft.streams.core.ports import PortLog
+from mycroft.streams.core.rows import stack_rows
 
 FLAT_FLOW = np.dtype(
     [
@@ -310,11 +311,16 @@ class ProgressStore:
 
     def flow_history(self, since_ns: int) -> np.ndarray:
         """Return every kept flow snapshot with ``tick_ns >= since_ns``."""
-        parts = [f for h in self.hosts.values() for f in h.history]
+        # Every entry is one batch, its rows stamped with the batch's tick.
+        parts = [
+            f
+            for h in self.hosts.values()
+            for (tick, _), f in zip(h.sends, h.history, strict=True)
+            if tick >= since_ns
+        ]
         if not parts:
             return np.zeros(0, dtype=FLAT_FLOW)
-        allf = np.concatenate(parts)
-        return allf[allf["tick_ns"] >= since_ns]
+        return stack_rows(parts)
 
     def host_tick_of_slots(self) -> np.ndarray:
         """Return, per slot, the latest tick of the slot's host (ns, host clock)."""

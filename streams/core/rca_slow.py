@@ -27,132 +27,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple, TypeVar
 
 import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
-from mycroft.schemas.vocab import SEND, Component, FaultKind
+from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat, small_median
 from mycroft.streams.core.detect import DetectContext, role_gap_baseline
+from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.rca_hang import Suspect, _rank
 from mycroft.streams.core.rca_ports import score_port_events
 
 K = TypeVar("K")
-
-
-@dataclass(frozen=True)
-class FlowFeatures:
-    """Per-flow statistics over the window.
-
-    ``ready`` is the mean over every snapshot, as a fraction of the flow's
-    total; ``gt_chunks`` and ``td_chunks`` are the worst op's mean gap in
-    chunks over the snapshots where the flow had started (something ready,
-    not all done); ``started``: there was one. ``freeze_seq`` and
-    ``freeze_start_ns`` place the longest freeze (-1 when none).
-    """
-
-    rank: int
-    peer: int
-    channel: int
-    comm: int
-    total: float
-    ready: float
-    episodes: int
-    longest_freeze_ns: int
-    gt_chunks: float = 0.0
-    td_chunks: float = 0.0
-    started: bool = False
-    freeze_seq: int = -1
-    freeze_start_ns: int = -1
-
-
-def _flow_features(hist: np.ndarray) -> list[FlowFeatures]:
-    send = hist[hist["dir"] == SEND]
-    if not len(send):
-        return []
-    keys = np.stack(
-        [
-            send["rank"].astype(np.int64),
-            send["peer"].astype(np.int64),
-            send["channel"].astype(np.int64),
-            send["comm"].view(np.int64),
-        ],
-        1,
-    )
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.ravel()
-    # One sort groups every flow's snapshots in tick order (no per-flow scan).
-    order = np.lexsort((send["tick_ns"], inv))
-    send, inv = send[order], inv[order]
-    bounds = np.searchsorted(inv, np.arange(len(uniq) + 1))
-    out = []
-    for i, (rank, peer, ch, comm) in enumerate(uniq.tolist()):
-        f = send[bounds[i] : bounds[i + 1]]
-        tot = np.maximum(f["total"], 1).astype(np.float64)
-        eps, longest, at = _freezes(f)
-        run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
-        out.append(
-            FlowFeatures(
-                rank,
-                peer,
-                ch,
-                int(np.int64(comm).view(np.uint64)),
-                total=float(np.median(tot)),
-                ready=float(np.mean(f["gpu_ready"] / tot)),
-                episodes=eps,
-                longest_freeze_ns=longest,
-                gt_chunks=_worst_op(run, run["gpu_ready"] - run["transmitted"]),
-                td_chunks=_worst_op(run, run["transmitted"] - run["done"]),
-                started=bool(len(run)),
-                freeze_seq=int(f["seq"][at]) if at >= 0 else -1,
-                freeze_start_ns=int(f["tick_ns"][at]) if at >= 0 else -1,
-            )
-        )
-    return out
-
-
-def _worst_op(run: np.ndarray, gap: np.ndarray) -> float:
-    """Largest per-op mean of ``gap`` over one flow's snapshots: a link that
-    fails now and then (a flap) hits some ops only, which a mean over the
-    whole window would dilute."""
-    if not len(run):
-        return 0.0
-    _, inv = np.unique(run["seq"], return_inverse=True)
-    inv = inv.ravel()
-    means = np.bincount(inv, weights=gap.astype(np.float64)) / np.bincount(inv)
-    return float(means.max())
-
-
-def _freezes(f: np.ndarray) -> tuple[int, int, int]:
-    """Count episodes where T stood still while G > T; return the count, the
-    longest (ns) and the snapshot index where it began (-1 when none)."""
-    same_op = (f["seq"][1:] == f["seq"][:-1]) & (f["comm"][1:] == f["comm"][:-1])
-    stuck = (
-        same_op
-        & (f["transmitted"][1:] == f["transmitted"][:-1])
-        & (f["gpu_ready"][1:] > f["transmitted"][1:])
-    )
-    eps, longest, at, run_start = 0, 0, -1, -1
-    ticks = f["tick_ns"]
-    for i, st in enumerate(stuck.tolist()):
-        if st and run_start < 0:
-            run_start = i
-        if (not st or i == len(stuck) - 1) and run_start >= 0:
-            end = i + 1 if st else i
-            dur = int(ticks[end] - ticks[run_start])
-            if dur >= FREEZE_NS:
-                eps += 1
-                if dur > longest:
-                    longest, at = dur, run_start
-            run_start = -1
-    return eps, longest, at
-
-
-FREEZE_NS = 300_000_000
-"""T standing still this long while G > T is a freeze (not a slow link)."""
 
 
 def _waited_on_transfers(
@@ -321,7 +210,7 @@ def explain_slowdown(
     """
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
-    flows = _flow_features(ctx.store.flow_history(since_ns))
+    flows = flow_features(ctx.store.flow_history(since_ns))
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     score_port_events(ctx, suspects, since_ns)

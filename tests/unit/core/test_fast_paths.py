@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,7 +38,8 @@ from mycroft.streams.core.detect import (
     op_flow_gaps,
 )
 from mycroft.streams.core.engine import Analyzer
-from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
+from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_slow import Lateness, _late_scores
 
 MS = 1_000_000
@@ -284,9 +286,7 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
     assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
 
 
-def _late_scores_reference(
-    ctx: DetectContext, stats: list[CollectiveStat]
-) -> Lateness:
+def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> Lateness:
     late: dict[int, list[float]] = {}
     endl: dict[int, list[float]] = {}
     per_comm: dict[tuple[int, int], list[float]] = {}
@@ -324,3 +324,120 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
         assert list(got) == list(want)  # same order (ties resolve the same way)
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
     assert _late_scores(fed.ctx, []) == ({}, {}, set(), {}, {})
+
+
+def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
+    """One flow at a time, as FlowFeatures documents each statistic."""
+    send = hist[hist["dir"] == SEND]
+    keys = sorted(
+        {
+            (r, p, c, int(np.uint64(m).view(np.int64)))
+            for r, p, c, m in zip(
+                send["rank"].tolist(),
+                send["peer"].tolist(),
+                send["channel"].tolist(),
+                send["comm"].tolist(),
+                strict=True,
+            )
+        }
+    )
+    out = []
+    for rank, peer, ch, comm in keys:
+        u = int(np.int64(comm).view(np.uint64))
+        f = send[
+            (send["rank"] == rank)
+            & (send["peer"] == peer)
+            & (send["channel"] == ch)
+            & (send["comm"] == u)
+        ]
+        f = f[np.argsort(f["tick_ns"], kind="stable")]
+        tot = np.maximum(f["total"], 1).astype(np.float64)
+        run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
+        worst = {}
+        for name, (a, b) in {
+            "gt": ("gpu_ready", "transmitted"),
+            "td": ("transmitted", "done"),
+        }.items():
+            by_op: dict[int, list[float]] = {}
+            for s, gap in zip(
+                run["seq"].tolist(), (run[a] - run[b]).tolist(), strict=True
+            ):
+                by_op.setdefault(s, []).append(float(gap))
+            worst[name] = max((sum(v) / len(v) for v in by_op.values()), default=0.0)
+        eps, longest, at, begin = 0, 0, -1, -1
+        for i in range(1, len(f) + 1):
+            stuck = (
+                i < len(f)
+                and f["seq"][i] == f["seq"][i - 1]
+                and f["comm"][i] == f["comm"][i - 1]
+                and f["transmitted"][i] == f["transmitted"][i - 1]
+                and f["gpu_ready"][i] > f["transmitted"][i]
+            )
+            if stuck and begin < 0:
+                begin = i - 1
+            if not stuck and begin >= 0:
+                dur = int(f["tick_ns"][i - 1] - f["tick_ns"][begin])
+                if dur >= FREEZE_NS:
+                    eps += 1
+                    if dur > longest:
+                        longest, at = dur, begin
+                begin = -1
+        out.append(
+            FlowFeatures(
+                rank, peer, ch, u,
+                total=float(np.median(tot)),
+                ready=float(np.mean(f["gpu_ready"] / tot)),
+                episodes=eps,
+                longest_freeze_ns=longest,
+                gt_chunks=worst["gt"],
+                td_chunks=worst["td"],
+                started=bool(len(run)),
+                freeze_seq=int(f["seq"][at]) if at >= 0 else -1,
+                freeze_start_ns=int(f["tick_ns"][at]) if at >= 0 else -1,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _stalling_history(seed: int) -> np.ndarray:
+    """Random send snapshots of 40 flows with stalls of every length, ties
+    between equal freezes, ops changing mid-stall and a comm id above 2**63."""
+    rng = np.random.default_rng(seed)
+    n = 3000
+    rows = np.zeros(n, dtype=FLAT_FLOW)
+    flow = rng.integers(0, 40, n)
+    rows["rank"], rows["peer"] = flow % 8, (flow % 8 + 1 + flow // 20) % 8
+    rows["channel"] = flow // 8 % 2
+    rows["comm"] = np.where(flow % 3 == 0, np.uint64(2**63 + 5), np.uint64(77))
+    rows["dir"] = np.where(rng.random(n) < 0.9, SEND, 1 - SEND)
+    rows["tick_ns"] = rng.integers(0, 60, n) * 100 * MS
+    rows["seq"] = rows["tick_ns"] // (700 * MS) + rng.integers(0, 2, n) * (
+        rng.random(n) < 0.05
+    )
+    rows["total"] = rng.choice([0, 32, 64], n)
+    rows["gpu_ready"] = rng.integers(0, 65, n)
+    rows["transmitted"] = np.minimum(rows["gpu_ready"], rng.choice([3, 9, 20], n))
+    rows["done"] = np.minimum(rows["transmitted"], rng.integers(0, 20, n))
+    return rows
+
+
+def _assert_same_features(got: list[FlowFeatures], want: list[FlowFeatures]) -> None:
+    """Equal, but for ``ready``: a mean summed per flow in another order
+    (``reduceat``), so the last bit may differ."""
+    assert [replace(f, ready=0.0) for f in got] == [replace(f, ready=0.0) for f in want]
+    assert [f.ready for f in got] == pytest.approx([f.ready for f in want], rel=1e-12)
+
+
+def test_flow_features_over_all_flows_match_the_per_flow_definitions(
+    fed: Analyzer,
+) -> None:
+    real = fed.ctx.store.flow_history(0)
+    _assert_same_features(flow_features(real), _flow_features_reference(real))
+    frozen = 0
+    for seed in range(4):
+        hist = _stalling_history(seed)
+        got = flow_features(hist)
+        _assert_same_features(got, _flow_features_reference(hist))
+        frozen += sum(f.episodes for f in got)
+    assert frozen >= 20  # freezes, not only moving flows, were compared
+    assert flow_features(real[:0]) == []

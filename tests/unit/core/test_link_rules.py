@@ -22,14 +22,10 @@ from mycroft.streams.core.detect import (
     observe_collective,
     role_gap_baseline,
 )
+from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW
 from mycroft.streams.core.rca_hang import Suspect
-from mycroft.streams.core.rca_slow import (
-    FlowFeatures,
-    _flow_features,
-    _score_links,
-    _waited_on_transfers,
-)
+from mycroft.streams.core.rca_slow import _score_links, _waited_on_transfers
 from mycroft.streams.core.topology import CommInfo
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
 from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
@@ -271,11 +267,11 @@ def test_flow_gap_is_the_worst_op_not_the_window_mean():
     rows["total"], rows["gpu_ready"], rows["transmitted"] = 64, 20, 20
     rows["done"] = 20
     rows["transmitted"][4:6] = 12  # op 2 stalled: 8 chunks ready, not sent
-    (f,) = _flow_features(rows)
+    (f,) = flow_features(rows)
     assert f.started and f.gt_chunks == 8.0 and f.td_chunks == 0.0
     # Snapshots before the first chunk or after the last do not count.
     rows["gpu_ready"], rows["transmitted"], rows["done"] = 0, 0, 0
-    (f,) = _flow_features(rows)
+    (f,) = flow_features(rows)
     assert not f.started and f.gt_chunks == 0.0
 
 
@@ -286,11 +282,11 @@ def test_a_freeze_is_placed_at_its_op_and_first_snapshot():
     rows["seq"] = np.array([0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3])
     rows["total"], rows["gpu_ready"], rows["transmitted"] = 64, 20, 20
     rows["transmitted"][2:8] = 3  # op 1: T still for 500 ms, 17 chunks ready
-    (f,) = _flow_features(rows)
+    (f,) = flow_features(rows)
     assert (f.episodes, f.longest_freeze_ns) == (1, 500 * MS)
     assert (f.freeze_seq, f.freeze_start_ns) == (1, 200 * MS)
     rows["transmitted"][2:8] = 20  # no freeze
-    (f,) = _flow_features(rows)
+    (f,) = flow_features(rows)
     assert (f.episodes, f.freeze_seq, f.freeze_start_ns) == (0, -1, -1)
 
 
