@@ -54,6 +54,23 @@ def _sim_speed(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _rca_cost(r: dict[str, Any]) -> list[str]:
+    return [
+        f"One refresh of the slowdown root cause over the {r['window_s']:g} s since "
+        f"the onset (every flow snapshot and collective of the window), median of "
+        f"{r['repeat']}, in process on {r['cpus']} CPUs; the incident refreshes "
+        f"every 1 s of trace. Source {r['commit']}.",
+        "",
+        "| ranks | fault | collectives | flow snapshot rows | refresh (s) | max (s) |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {x['ranks']} | {x['fault']} | {x['collectives']:,} | "
+            f"{x['flow_snapshot_rows']:,} | {x['refresh_s']} | {x['refresh_max_s']} |"
+            for x in r["rows"]
+        ),
+    ]
+
+
 def _agent(r: dict[str, Any]) -> list[str]:
     s, g = r["setup"], r["goals"]
     return [
@@ -103,6 +120,11 @@ RENDERERS: dict[str, Renderer] = {
         _message_size,
     ),
     "sim_speed": ("Simulator speed", "python bench/sim_speed.py", _sim_speed),
+    "rca_cost": (
+        "Slowdown root cause: cost of one refresh as the job grows",
+        "python bench/rca_cost.py",
+        _rca_cost,
+    ),
     "agent_footprint": (
         "Node agent footprint",
         "python bench/agent_footprint.py",

@@ -17,6 +17,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "broker_startup": ["--out", "bench/results/broker_startup.json"],
     "message_size": ["--out", "bench/results/message_size.json"],
     "sim_speed": [],
+    "rca_cost": [],
     "agent_footprint": ["--out", "bench/results/agent_footprint.json"],
     "streams_throughput": ["--out", "bench/results/streams_throughput.json"],
 }

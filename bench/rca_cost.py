@@ -1,0 +1,97 @@
+"""Root-cause cost per refresh as the job grows: 64 and 1,024 ranks.
+
+Each size simulates the same slowdown (a NIC capped to 30 % of its rate on
+rank 9 at 6 s, and a GPU power cap on rank 30 at 6 s) up to 4 s after the
+onset, fed to the analyzer in process, then times the slowdown root cause
+over that window (``explain_slowdown``, the work of one refresh: every flow
+snapshot and collective since the onset), median of ``--repeat``. The
+incident's refresh period is 1 s of trace, so a refresh that costs more than
+that puts a real-time worker behind. Only the cost is measured here (the
+campaigns score the answers). Writes ``bench/results/rca_cost.json``.
+Usage::
+
+    python bench/rca_cost.py [--sizes 64,1024] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.campaign_offline import source_commit  # noqa: E402
+from mycroft.producers.sim.config import SimConfig  # noqa: E402
+from mycroft.producers.sim.engine import simulate  # noqa: E402
+from mycroft.producers.sim.faults import parse_spec  # noqa: E402
+from mycroft.streams.analyze import Replay  # noqa: E402
+from mycroft.streams.core.rca_slow import explain_slowdown  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "rca_cost.json"
+SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
+ONSET_S, WINDOW_S = 6.0, 4.0
+FAULTS = {
+    "nic-bandwidth": f"nic-bandwidth:rank=9,at={ONSET_S},severity=0.7",
+    "gpu-power-cap": f"gpu-power-cap:rank=30,at={ONSET_S},severity=0.5",
+}
+
+
+def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
+    """Simulate ``fault`` at ``size`` ranks to onset + WINDOW_S; time one refresh."""
+    tp, pp, dp = SHAPES[size]
+    cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=ONSET_S + WINDOW_S, seed=1)
+    replay = Replay()
+    simulate(cfg, [parse_spec(FAULTS[fault])], replay)
+    analyzer = replay.analyzers[cfg.job_id]
+    since = cfg.start_ns + int(ONSET_S * 1e9)
+    stats = analyzer.stats.since(since)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        explain_slowdown(analyzer.ctx, stats, since)
+        times.append(time.perf_counter() - t0)
+    return {
+        "ranks": size,
+        "fault": fault,
+        "collectives": len(stats),
+        "flow_snapshot_rows": len(analyzer.ctx.store.flow_history(since)),
+        "refresh_s": round(statistics.median(times), 3),
+        "refresh_max_s": round(max(times), 3),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sizes", default="64,1024")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args()
+    rows = [
+        measure(int(size), fault, a.repeat)
+        for size in a.sizes.split(",")
+        for fault in FAULTS
+    ]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    doc = {
+        "commit": source_commit(),
+        "window_s": WINDOW_S,
+        "repeat": a.repeat,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
+    a.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
