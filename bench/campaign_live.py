@@ -17,7 +17,7 @@ onset on the same (wall-clock) trace clock.
 ``--speed S`` publishes S trace seconds per wall second (the workers get
 ``--trace-speed S`` and evaluate every 0.2 trace s): the way to run a job
 larger than the machine's cores carry in real time (a 1,024-rank job needs
-about 5 cores of stage-1 workers, ``bench/RESULTS.md``). Broker timestamps
+about 6 cores of stage-1 workers, ``streams/SCALING.md``). Broker timestamps
 are then mapped back to the trace clock, ``start + (t - start) * S``, so the
 latencies are in trace seconds; the pipeline's own wall-clock delays (Kafka,
 polling, the evaluation period) shrink by S with them, which the results
@@ -390,6 +390,13 @@ def main() -> int:
                    "seed replaces the old one) instead of replacing it")  # fmt: skip
     a = p.parse_args()
     out = a.out or RESULTS / f"campaign_live_{a.ranks}.json"
+    if a.append and out.exists():
+        # Checked before the hours of runs, not after them.
+        measured = json.loads(out.read_text()).get("speed", 1.0)
+        if measured != a.speed:
+            print(f"--append: {out} was measured at --speed {measured}, "
+                  f"not {a.speed}; give another --out", file=sys.stderr)  # fmt: skip
+            return 2
     started, commit = time.time(), source_commit()
     rows = campaign(a)
     command = " ".join(["python bench/campaign_live.py", *sys.argv[1:]])
@@ -397,10 +404,6 @@ def main() -> int:
     if a.append and out.exists():
         # Each part keeps the command and source commit it measured.
         old = json.loads(out.read_text())
-        if old.get("speed", 1.0) != a.speed:
-            print(f"--append: {out} was measured at --speed {old.get('speed', 1.0)}, "
-                  f"not {a.speed}; give another --out", file=sys.stderr)  # fmt: skip
-            return 2
         again = {(r["fault"], r["seed"]) for r in rows}
         rows = [r for r in old["rows"] if (r["fault"], r["seed"]) not in again] + rows
         command = f"{old.get('command', '(command not recorded)')}; {command}"
