@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
+from mycroft.streams.core.baseline_columns import BaselineColumns, Rule
 from mycroft.streams.core.config import DetectorConfig
 
 _MAD_TO_SIGMA = 1.4826
@@ -202,22 +206,81 @@ class RobustBaseline:
         return len(self.values) >= 3
 
 
-class BaselineBook:
-    """Baselines keyed by any hashable (comm, op kind, size bucket, metric...)."""
+FAMILY_RULES: dict[str, Callable[[DetectorConfig], Rule]] = {
+    "late": lambda c: Rule(c.late_of, c.late_persist, shift=True),
+    "xfer": lambda c: Rule(c.slow_of, c.slow_persist),
+    "span": lambda c: Rule(c.slow_of, c.slow_persist, fire_high=False),
+    "span_any": lambda c: Rule(c.slow_of, c.slow_persist, fire_high=False),
+}
+"""Key families kept as :class:`BaselineColumns` (the last item of their keys):
+the per-collective metrics, fed in blocks (``detect_slow``)."""
 
-    def __init__(self, window: int) -> None:
+
+class ColumnBaseline:
+    """One key of a :class:`BaselineColumns`, with ``RobustBaseline``'s reads
+    and a one-sample ``observe`` (tests, tools; the detectors feed blocks)."""
+
+    def __init__(self, columns: BaselineColumns, row: int) -> None:
+        self.columns, self.row = columns, row
+
+    def stats(self) -> tuple[float, float]:
+        """Return ``(median, sigma)`` of the kept samples."""
+        med, sigma = self.columns.stats(np.array([self.row]))
+        return float(med[0]), float(sigma[0])
+
+    @property
+    def warm(self) -> bool:
+        """Whether the baseline has seen enough normal samples to judge."""
+        return self.columns.count(self.row) >= 3
+
+    def observe(self, value: float, cfg: DetectorConfig, floor: float) -> Verdict:
+        """Judge, remember and learn one sample under the family's rule."""
+        one = np.array([self.row])
+        seen = self.columns.observe(one, np.array([value]), np.array([floor]), cfg)
+        return list(Verdict)[int(seen.verdict[0])]
+
+
+class BaselineBook:
+    """Baselines keyed by any hashable (comm, op kind, size bucket, metric...).
+
+    Keys whose last item names a family of :data:`FAMILY_RULES` live in that
+    family's columns; :meth:`get` and :meth:`find` return a
+    :class:`ColumnBaseline` view for them. Families take their rule from
+    ``cfg`` (default thresholds when none is given).
+    """
+
+    def __init__(self, window: int, cfg: DetectorConfig | None = None) -> None:
         self.window = window
+        cfg = cfg or DetectorConfig()
+        self.families = {
+            name: BaselineColumns(window, rule(cfg))
+            for name, rule in FAMILY_RULES.items()
+        }
         self._book: dict[tuple[object, ...], RobustBaseline] = {}
 
-    def get(self, key: tuple[object, ...]) -> RobustBaseline:
+    def get(self, key: tuple[object, ...]) -> RobustBaseline | ColumnBaseline:
         """Return the baseline of ``key``, creating an empty one."""
+        columns = self.families.get(str(key[-1]))
+        if columns is not None:
+            return ColumnBaseline(columns, int(columns.row_of([key])[0]))
         base = self._book.get(key)
         if base is None:
             base = self._book[key] = RobustBaseline(self.window)
         return base
 
-    def find(self, key: tuple[object, ...]) -> RobustBaseline | None:
+    def get_scalar(self, key: tuple[object, ...]) -> RobustBaseline:
+        """Return the ``RobustBaseline`` of ``key`` (not of a family), creating it."""
+        base = self.get(key)
+        if not isinstance(base, RobustBaseline):
+            raise TypeError(f"{key!r} belongs to a column family; feed it in blocks")
+        return base
+
+    def find(self, key: tuple[object, ...]) -> RobustBaseline | ColumnBaseline | None:
         """Return the baseline of ``key`` if it exists."""
+        columns = self.families.get(str(key[-1]))
+        if columns is not None:
+            row = columns.rows.get(key)
+            return None if row is None else ColumnBaseline(columns, row)
         return self._book.get(key)
 
 

@@ -185,7 +185,7 @@ class CompletionTracker:
         self._partial: dict[tuple[int, int], list[np.ndarray]] = {}
         self._seen: dict[tuple[int, int], set[int]] = {}
         self._first_seen: dict[tuple[int, int], int] = {}
-        self._prev_issue: dict[tuple[int, int], int] = {}
+        self._prev_issue: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.signatures: dict[tuple[int, int], dict[tuple[int, int], list[int]]] = {}
 
     def ingest(
@@ -203,7 +203,7 @@ class CompletionTracker:
             return []
         op, keys, sigs, bounds = _group_by_op(op)
         ranks = op["rank"].tolist()
-        done: list[CollectiveStat] = []
+        complete: list[tuple[int, int]] = []
         for g, (key, sig) in enumerate(zip(keys, sigs, strict=True)):
             lo, hi = bounds[g], bounds[g + 1]
             group = ranks[lo:hi]
@@ -222,12 +222,13 @@ class CompletionTracker:
                 ):
                     self._record_signature(key, row_sig, [rank])
             self._partial.setdefault(key, []).append(op[lo:hi])
-            self._seen.setdefault(key, set()).update(group)
+            seen = self._seen.setdefault(key, set())
+            seen.update(group)
             self._first_seen.setdefault(key, now_ns)
-            stat = self._maybe_finish(key, members.get(key[0], 0))
-            if stat is not None:
-                done.append(stat)
-        return done
+            nranks = members.get(key[0], 0)
+            if 0 < nranks <= len(seen):
+                complete.append(key)
+        return self._finish(complete) if complete else []
 
     def _record_signature(
         self, key: tuple[int, int], sig: tuple[int, int], ranks: list[int]
@@ -235,44 +236,93 @@ class CompletionTracker:
         """Add ``ranks`` (in order, once each) to the ranks that reported
         ``sig`` = (matching kind, bytes) for op ``key``."""
         lst = self.signatures.setdefault(key, {}).setdefault(sig, [])
+        if not lst and len(set(ranks)) == len(ranks):
+            lst.extend(ranks)
+            return
         have = set(lst)
         for r in ranks:
             if r not in have:
                 lst.append(r)
                 have.add(r)
 
-    def _maybe_finish(self, key: tuple[int, int], nranks: int) -> CollectiveStat | None:
-        if nranks <= 0 or len(self._seen[key]) < nranks:
-            return None
-        seen = self._seen.pop(key)
-        rows = stack_rows(self._partial.pop(key))
-        del self._first_seen[key]
-        if len(rows) == len(seen):
-            rows = rows[np.argsort(rows["rank"], kind="stable")]
-        else:  # a rank reported twice: keep its first row
-            _, first = np.unique(rows["rank"], return_index=True)
-            rows = rows[first]
-        prev = np.array(
-            [self._prev_issue.get((key[0], r), -1) for r in rows["rank"].tolist()],
-            dtype=np.int64,
-        )
-        for r, t in zip(rows["rank"].tolist(), rows["issue_ns"].tolist(), strict=True):
-            self._prev_issue[(key[0], r)] = t
-        kinds = matching_kind(rows["kind"])
-        if not (kinds == kinds[0]).all():  # the members' majority kind
-            uniq, counts = np.unique(kinds, return_counts=True)
-            kinds = uniq[np.argmax(counts) :]
-        return CollectiveStat(
-            comm=key[0],
-            seq=key[1],
-            kind=int(kinds[0]),
-            nbytes=int(small_median(rows["bytes"])),
-            ranks=rows["rank"].copy(),
-            issue_ns=rows["issue_ns"].copy(),
-            start_ns=rows["start_ns"].copy(),
-            end_ns=rows["end_ns"].copy(),
-            prev_issue_ns=prev,
-        )
+    def _finish(self, keys: list[tuple[int, int]]) -> list[CollectiveStat]:
+        """Build the collectives ``keys`` (complete, in completion order) from
+        their rows: each member's first row, members by rank; all of them
+        sorted and reduced at once."""
+        parts: list[np.ndarray] = []
+        owner: list[int] = []
+        for i, key in enumerate(keys):
+            got = self._partial.pop(key)
+            del self._seen[key], self._first_seen[key]
+            parts += got
+            owner += [i] * len(got)
+        rows = stack_rows(parts)
+        op_of = np.repeat(np.array(owner), [len(p) for p in parts])
+        order = np.lexsort((rows["rank"], op_of))  # stable: first report first
+        rows, op_of = rows[order], op_of[order]
+        rank = rows["rank"]
+        first = np.r_[True, (op_of[1:] != op_of[:-1]) | (rank[1:] != rank[:-1])]
+        if not first.all():  # a rank reported twice: keep its first row
+            rows, op_of = rows[first], op_of[first]
+        rank = np.ascontiguousarray(rows["rank"])
+        starts = np.searchsorted(op_of, np.arange(len(keys) + 1))
+        cols = [
+            np.ascontiguousarray(rows[f]) for f in ("issue_ns", "start_ns", "end_ns")
+        ]
+        kinds, nbytes = matching_kind(rows["kind"]), rows["bytes"]
+        at = starts[:-1]
+        one_kind = np.minimum.reduceat(kinds, at) == np.maximum.reduceat(kinds, at)
+        one_size = np.minimum.reduceat(nbytes, at) == np.maximum.reduceat(nbytes, at)
+        out = []
+        for i, (key, lo, hi) in enumerate(
+            zip(keys, starts[:-1].tolist(), starts[1:].tolist(), strict=True)
+        ):
+            members, issue = rank[lo:hi], cols[0][lo:hi]
+            kind = int(kinds[lo]) if one_kind[i] else _majority(kinds[lo:hi])
+            size = int(nbytes[lo]) if one_size[i] else int(small_median(nbytes[lo:hi]))
+            out.append(
+                CollectiveStat(
+                    comm=key[0],
+                    seq=key[1],
+                    kind=kind,
+                    nbytes=size,
+                    ranks=members,
+                    issue_ns=issue,
+                    start_ns=cols[1][lo:hi],
+                    end_ns=cols[2][lo:hi],
+                    prev_issue_ns=self._swap_prev_issue(key[0], members, issue),
+                )
+            )
+        return out
+
+    def _swap_prev_issue(
+        self, comm: int, ranks: np.ndarray, issue: np.ndarray
+    ) -> np.ndarray:
+        """Return each member's issue time of the comm's previous completed op
+        (-1 when none) and remember ``issue`` for the next one. ``ranks`` are
+        sorted; the comm's known members are kept as a sorted array."""
+        known = self._prev_issue.get(comm)
+        if (
+            known is not None
+            and len(known[0]) == len(ranks)
+            and known[0].tobytes() == ranks.tobytes()
+        ):
+            prev = known[1].copy()
+            known[1][:] = issue
+            return prev
+        if known is None:
+            known = (np.zeros(0, ranks.dtype), np.zeros(0, np.int64))
+        members, times = known
+        new = np.setdiff1d(ranks, members, assume_unique=True)
+        if len(new):
+            at = np.searchsorted(members, new)
+            members = np.insert(members, at, new)
+            times = np.insert(times, at, -1)
+        pos = np.searchsorted(members, ranks)
+        prev = times[pos]
+        times[pos] = issue
+        self._prev_issue[comm] = (members, times)
+        return prev
 
     def expire(self, now_ns: int, timeout_ns: int, keep_sigs: int = 256) -> None:
         """Drop partial collectives older than ``timeout_ns`` and old signatures."""
@@ -284,6 +334,12 @@ class CompletionTracker:
         if len(self.signatures) > keep_sigs * 4:
             for k in sorted(self.signatures, key=lambda k: k[1])[:-keep_sigs]:
                 del self.signatures[k]
+
+
+def _majority(kinds: np.ndarray) -> int:
+    """The most common code (the smallest among equals)."""
+    uniq, counts = np.unique(kinds, return_counts=True)
+    return int(uniq[np.argmax(counts)])
 
 
 class RecentStats:

@@ -4,9 +4,10 @@
   for longer than an adaptive threshold (a multiple of its healthy op span).
 * silence: a host whose batches stop, or a rank whose rows vanish or whose
   ``seen_ns`` goes stale while its host still reports, and peers wait on it.
-* slowdown: a completed collective leaves the robust band of its baseline
-  (transfer time, per-rank late arrival; a severe span), or its send flows to
-  other hosts keep a transmitted-not-done lag (T-D) above their role's.
+* slowdown (``detect_slow``): a completed collective leaves the robust band
+  of its baseline (transfer time, per-rank late arrival; a severe span), or
+  its send flows to other hosts keep a transmitted-not-done lag (T-D) above
+  their role's.
 * mismatch: members disagree on op kind or size at one ``(comm, seq)``.
 """
 
@@ -18,13 +19,8 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
-from mycroft.streams.core.baseline import (
-    BaselineBook,
-    RobustBaseline,
-    Verdict,
-    size_bucket,
-)
-from mycroft.streams.core.completions import CollectiveStat, matching_kind
+from mycroft.streams.core.baseline import BaselineBook
+from mycroft.streams.core.completions import matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.topology import JobTopology
@@ -41,7 +37,7 @@ class DetectContext:
     cfg: DetectorConfig
 
 
-def _anomaly(  # noqa: PLR0917 - private helper of one module
+def new_anomaly(  # noqa: PLR0917 - one constructor, every field named
     ctx: DetectContext,
     detector: str,
     key: str,
@@ -119,8 +115,9 @@ def comm_last_progress(store: ProgressStore) -> dict[int, tuple[int, int, bool]]
 def detect_hangs(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
     """Return a HANG anomaly per busy comm whose progress stopped too long."""
     out: list[Anomaly] = []
+    shortest = ctx.cfg.hang_min_s * 1e9  # no threshold is below it
     for comm, (last, tick, busy) in comm_last_progress(ctx.store).items():
-        if not busy or last <= 0:
+        if not busy or last <= 0 or tick - last <= shortest:
             continue
         stall = tick - last
         limit = hang_threshold_ns(ctx, comm)
@@ -131,7 +128,7 @@ def detect_hangs(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
         ranks = tuple(sorted(set(s["rank"][m].tolist())))
         frontier = int(s["done"][s["comm"] == comm].min()) + 1
         out.append(
-            _anomaly(
+            new_anomaly(
                 ctx,
                 "hang",
                 f"{comm:x}:{frontier}",
@@ -211,7 +208,7 @@ def detect_silence(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
         if not comms:
             continue
         out.append(
-            _anomaly(
+            new_anomaly(
                 ctx,
                 "silence",
                 f"{rank}",
@@ -224,195 +221,6 @@ def detect_silence(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
             )
         )
     return out
-
-
-def _floor_ns(cfg: DetectorConfig, metric: str, med_span: float) -> float:
-    if metric == "late":
-        return float(max(cfg.late_floor_s * 1e9, 0.5 * med_span))
-    return float(cfg.slow_abs_floor_s * 1e9)
-
-
-def observe_collective(
-    ctx: DetectContext, stat: CollectiveStat, now_ns: int
-) -> list[Anomaly]:
-    """Feed one completed collective to its baselines; return slowdowns.
-
-    Metrics, keyed by (comm, op kind, size bucket): ``xfer`` (the shortest
-    per-rank start-to-end time, i.e. the transfer once every member arrived,
-    on one host clock) and ``span`` (first kernel start to last end); keyed by
-    (comm, rank): ``late`` (kernel start minus the members' median).
-
-    Arrival skew belongs to the per-rank ``late`` metric, whose persistence
-    is per rank (``late_persist`` of ``late_of``): independent one-off
-    stragglers on different ranks of a comm must not add up to a
-    "persistent" slowdown. ``span`` therefore fires only
-    when SEVERE; the CPU enqueue time (which runs ahead of the GPU by up to a
-    compute segment) is used only for the hang threshold (``span_any``).
-    """
-    cfg, book = ctx.cfg, ctx.book
-    key = (stat.comm, stat.kind, size_bucket(stat.nbytes))
-    span_base = book.get((*key, "span"))
-    med_span = span_base.stats()[0]
-    samples: list[tuple[str, tuple[object, ...], float, tuple[int, ...]]] = [
-        ("span", (*key, "span"), float(stat.span_ns), ()),
-        ("xfer", (*key, "xfer"), float(stat.xfer_ns), ()),
-    ]
-    late = stat.lateness_ns()
-    for r, lt in zip(stat.ranks.tolist(), late.tolist(), strict=True):
-        samples.append(("late", (stat.comm, r, "late"), float(lt), (r,)))
-    fired: list[Anomaly] = []
-    for metric, bkey, value, ranks in samples:
-        base = book.get(bkey)
-        floor = _floor_ns(cfg, metric, med_span)
-        per_rank = metric == "late"
-        of, need = (cfg.late_of, cfg.late_persist) if per_rank else (None, None)
-        verdict = base.observe(value, cfg, floor, shift=per_rank, of=of)
-        if (
-            verdict is Verdict.SEVERE
-            or (
-                verdict is Verdict.HIGH
-                and metric != "span"
-                and base.persistent(cfg, need)
-            )
-            or base.shift
-        ):
-            fired.append(
-                _slow_anomaly(ctx, stat, metric, value, base.stats()[0], ranks, now_ns)
-            )
-    if not fired:
-        book.get((stat.comm, "span_any")).observe(float(stat.queued_span_ns), cfg, 1e18)
-    return fired + _observe_flow_lag(ctx, stat, now_ns)
-
-
-GAP_CLOCK_SLACK_NS = 100_000_000
-"""Snapshots this much older than an op's first issue, or newer than its last
-completion, are not searched for it (host clocks differ by milliseconds)."""
-
-
-def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline:
-    """Return the pooled baseline of one counter gap (``"gt"`` = G-T or
-    ``"td"`` = T-D, chunks) over every cross-host send flow of ``comm``'s role.
-
-    Flows of one kind of communicator share a healthy gap (pipelining depth,
-    wire latency times rate); pooling them warms the baseline within a few
-    ops, and out-of-band samples are not learned.
-    """
-    info = ctx.topo.comms.get(comm)
-    return ctx.book.get(("flow", info.role if info else "other", gap))
-
-
-def op_flow_gaps(
-    ctx: DetectContext, stat: CollectiveStat
-) -> dict[int, tuple[float, float]]:
-    """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
-    send flows to other hosts, from the snapshots taken while it ran.
-
-    Only snapshots of a started flow count (``progress.started_sends``):
-    before its first chunk and after its last, every gap is zero.
-    Ops of one host, and ops no snapshot caught in flight, give nothing.
-    """
-    topo = ctx.topo
-    hosts = {topo.host_of(r) for r in stat.ranks.tolist()}
-    if len(hosts) < 2 or "" in hosts:
-        return {}
-    cutoff = int(stat.issue_ns.min()) - GAP_CLOCK_SLACK_NS
-    after = int(stat.end_ns.max()) + GAP_CLOCK_SLACK_NS
-    key = (stat.comm, stat.seq)
-    parts = []
-    for name in hosts:
-        hs = ctx.store.hosts.get(name)
-        for tick, by_op in reversed(hs.sends if hs is not None else ()):
-            if tick < cutoff:
-                break
-            if tick > after:  # taken after the op ended everywhere
-                continue
-            rows = by_op.get(key)
-            if rows is not None:
-                parts.append(rows)
-    if not parts:
-        return {}
-    rows = np.concatenate(parts)
-    out: dict[int, tuple[float, float]] = {}
-    for rank in np.unique(rows["rank"]).tolist():
-        f = rows[rows["rank"] == rank]
-        away = np.array(
-            [topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]
-        )
-        f = f[away]
-        if len(f):
-            gt = np.median(f["gpu_ready"] - f["transmitted"])
-            td = np.median(f["transmitted"] - f["done"])
-            out[rank] = (float(gt), float(td))
-    return out
-
-
-def _observe_flow_lag(
-    ctx: DetectContext, stat: CollectiveStat, now_ns: int
-) -> list[Anomaly]:
-    """Learn the role's G-T and T-D baselines from one op; return a slowdown
-    per rank whose cross-host sends keep a T-D lag above the role's.
-
-    Transmitted-not-done growing while G-T stays small is the network (or the
-    far side) acknowledging late: congestion that may barely stretch an op.
-    Persistence is per (comm, rank): 3 of its last 5 caught ops out of band.
-    """
-    cfg = ctx.cfg
-    out: list[Anomaly] = []
-    for rank, (gt, td) in sorted(op_flow_gaps(ctx, stat).items()):
-        role_gap_baseline(ctx, stat.comm, "gt").observe(gt, cfg, cfg.gap_floor_chunks)
-        pool = role_gap_baseline(ctx, stat.comm, "td")
-        verdict = pool.observe(td, cfg, cfg.gap_floor_chunks)
-        # The pooled baseline judges; the per-rank record only keeps verdicts.
-        track = ctx.book.get((stat.comm, rank, "td"))
-        track.recent.append(verdict in (Verdict.HIGH, Verdict.SEVERE))
-        while len(track.recent) > cfg.slow_of:
-            track.recent.popleft()
-        if track.recent[-1] and track.persistent(cfg):
-            med = pool.stats()[0]
-            out.append(
-                _anomaly(
-                    ctx,
-                    "slow_td",
-                    f"{stat.comm:x}:{stat.seq}:td{rank}",
-                    FaultKind.SLOWDOWN,
-                    (stat.comm,),
-                    (rank,),
-                    int(stat.issue_ns.min()),
-                    now_ns,
-                    f"seq {stat.seq} on comm {stat.comm:x}: rank {rank}'s sends to "
-                    f"other hosts keep {td:.1f} chunks transmitted-not-done "
-                    f"(role baseline {med:.1f})",
-                    score=td / max(pool.threshold(cfg, cfg.gap_floor_chunks), 1.0),
-                )
-            )
-    return out
-
-
-def _slow_anomaly(  # noqa: PLR0917 - private helper of one module
-    ctx: DetectContext,
-    stat: CollectiveStat,
-    metric: str,
-    value: float,
-    median: float,
-    ranks: tuple[int, ...],
-    now_ns: int,
-) -> Anomaly:
-    name = OP_NAMES[stat.kind] if stat.kind < len(OP_NAMES) else str(stat.kind)
-    who = f" rank {ranks[0]}" if ranks else ""
-    onset = int(stat.issue_ns.min())
-    return _anomaly(
-        ctx,
-        f"slow_{metric}",
-        f"{stat.comm:x}:{stat.seq}:{metric}{who.strip()}",
-        FaultKind.SLOWDOWN,
-        (stat.comm,),
-        ranks or tuple(stat.ranks.tolist()),
-        onset,
-        now_ns,
-        f"{name} seq {stat.seq} on comm {stat.comm:x}:{who} {metric} "
-        f"{value / 1e6:.1f} ms vs baseline {median / 1e6:.1f} ms",
-        score=value / max(median, 1.0),
-    )
 
 
 def detect_mismatch(
@@ -459,7 +267,7 @@ def detect_mismatch(
             for (k, b), rs in ordered
         )
         out.append(
-            _anomaly(
+            new_anomaly(
                 ctx,
                 "mismatch",
                 f"{comm:x}:{seq}",

@@ -30,7 +30,11 @@ from mycroft.streams.core.detect import (
     detect_hangs,
     detect_mismatch,
     detect_silence,
-    observe_collective,
+)
+from mycroft.streams.core.detect_slow import (
+    Completed,
+    observe_collectives,
+    op_flow_gaps,
 )
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import explain_hang
@@ -42,6 +46,9 @@ from mycroft.streams.core.topology import JobTopology
 Finding: TypeAlias = Anomaly | RootCause
 _PRIORITY = {FaultKind.MISMATCH: 0, FaultKind.HANG: 1, FaultKind.SLOWDOWN: 2}
 _REEVAL_NS = 1_000_000_000
+_OBSERVE_BLOCK = 50_000
+"""Queued completed collectives observed at once even before ``detect``
+(bounds the queue of a worker that ingests a backlog; ~3 s of a 1,024-rank job)."""
 
 
 @dataclass
@@ -102,7 +109,7 @@ class Analyzer:
             job_id,
             ProgressStore(self.cfg.history_ns),
             JobTopology(),
-            BaselineBook(self.cfg.baseline_window),
+            BaselineBook(self.cfg.baseline_window, self.cfg),
             self.cfg,
         )
         self.tracker = CompletionTracker()
@@ -111,6 +118,7 @@ class Analyzer:
         self.incident: Incident | None = None
         self.closed: list[Incident] = []
         self._pending: list[Anomaly] = []
+        self._unobserved: list[Completed] = []
         self._emitted: set[str] = set()
         self.duplicates = 0
 
@@ -154,7 +162,18 @@ class Analyzer:
         sizes = self.ctx.topo.comm_sizes()
         for stat in self.tracker.ingest(batch, sizes, now_ns):
             self.stats.append(stat)
-            self._pending.extend(observe_collective(self.ctx, stat, now_ns))
+            self._unobserved.append((stat, now_ns, op_flow_gaps(self.ctx, stat)))
+        if len(self._unobserved) >= _OBSERVE_BLOCK:
+            self._observe()
+
+    def _observe(self) -> None:
+        """Feed the queued collectives to the slowdown baselines as one block.
+
+        Runs before anything reads the baselines (``detect``), so the
+        verdicts are those of observing each collective as it completed.
+        """
+        self._pending.extend(observe_collectives(self.ctx, self._unobserved))
+        self._unobserved = []
 
     def evaluate(self, now_ns: int) -> list[Finding]:
         """Run the timer-driven detectors; return new anomalies and root causes."""
@@ -165,6 +184,7 @@ class Analyzer:
 
         Slowdowns found while ingesting completions are returned once.
         """
+        self._observe()
         found = (
             self._pending
             + detect_silence(self.ctx, now_ns)

@@ -36,7 +36,8 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat, small_median
-from mycroft.streams.core.detect import DetectContext, role_gap_baseline
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect_slow import role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.rca_hang import Suspect, _rank
 from mycroft.streams.core.rca_ports import score_port_events
@@ -116,11 +117,7 @@ def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Latenes
     early_floor = ctx.cfg.late_floor_s * 1e9
     e = _member_rows(stats, early_floor)
     pairs = list(zip(e["comm"].tolist(), e["rank"].tolist(), strict=True))
-    refs: dict[tuple[int, int], float] = {}
-    for pair in dict.fromkeys(pairs):
-        base = ctx.book.find((*pair, "late"))
-        refs[pair] = base.stats()[0] if base is not None and base.warm else 0.0
-    excess = e["late"] - np.array([refs[p] for p in pairs])
+    excess = e["late"] - _late_medians(ctx, pairs)
     early = set(e["rank"][excess < -e["cut"]].tolist())
     by_rank = _groups(e["rank"].tolist())
     agg = {r: small_median(excess[i]) for r, i in by_rank.items()}
@@ -131,6 +128,22 @@ def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Latenes
         worst[r] = max(worst.get(r, med), med)
     ops = {r: len(i) for r, i in by_rank.items()}
     return Lateness(agg, agg_end, early, worst, ops)
+
+
+def _late_medians(ctx: DetectContext, pairs: list[tuple[int, int]]) -> np.ndarray:
+    """Median lateness of each (comm, rank) pair's baseline; 0.0 for a pair
+    whose baseline is missing or not warm."""
+    late = ctx.book.families["late"]
+    index: dict[tuple[int, int], int] = {}
+    inverse = np.array([index.setdefault(p, len(index)) for p in pairs], np.int64)
+    rows = np.array([late.rows.get((*p, "late"), -1) for p in index], np.int64)
+    known = rows >= 0
+    med = np.zeros(len(rows))
+    if known.any():
+        warm = np.minimum(late.learned[rows[known]], late.window) >= 3
+        med[known] = np.where(warm, late.stats(rows[known])[0], 0.0)
+    out: np.ndarray = med[inverse] if len(pairs) else med
+    return out
 
 
 _MEMBER_ROW = np.dtype(

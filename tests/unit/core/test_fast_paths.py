@@ -31,12 +31,8 @@ from mycroft.streams.core.completions import (
     small_median,
 )
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.detect import (
-    GAP_CLOCK_SLACK_NS,
-    DetectContext,
-    comm_last_progress,
-    op_flow_gaps,
-)
+from mycroft.streams.core.detect import DetectContext, comm_last_progress
+from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
@@ -133,6 +129,8 @@ def test_tracker_joins_each_collective_once_as_the_naive_join_does() -> None:
     tracker = CompletionTracker()
     seen: dict[tuple[int, int], dict[int, tuple[int, int, int, int]]] = {}
     got: list[CollectiveStat] = []
+    prev_issue: dict[tuple[int, int], int] = {}  # (comm, rank) -> last issue
+    want_prev: dict[tuple[int, int], list[int]] = {}
     for batch_rows in _deliveries(random.Random(7), members):
         expected_keys = []
         for rank, comm, seq, kind, nbytes, end in batch_rows:
@@ -143,12 +141,23 @@ def test_tracker_joins_each_collective_once_as_the_naive_join_does() -> None:
                 expected_keys.append((comm, seq))
         out = tracker.ingest(_batch(batch_rows), sizes, 0)
         assert [(s.comm, s.seq) for s in out] == sorted(set(expected_keys))
+        for comm, seq in sorted(set(expected_keys)):  # in completion order
+            per = seen[(comm, seq)]
+            want_prev[(comm, seq)] = [
+                prev_issue.get((comm, r), -1) for r in sorted(per)
+            ]
+            for r in per:
+                prev_issue[(comm, r)] = per[r][2] - 5 * MS
         got.extend(out)
     assert len(got) == 18
     for st in got:
         first = seen[(st.comm, st.seq)]
         assert st.ranks.tolist() == sorted(members[st.comm])
         assert st.end_ns.tolist() == [first[r][2] for r in sorted(first)]
+        assert st.issue_ns.tolist() == [first[r][2] - 5 * MS for r in sorted(first)]
+        assert st.start_ns.tolist() == [first[r][2] - 3 * MS for r in sorted(first)]
+        assert st.prev_issue_ns.tolist() == want_prev[(st.comm, st.seq)]
+        assert st.nbytes == int(np.median([first[r][1] for r in first]))
         kinds = matching_kind(np.array([first[r][0] for r in first], np.uint8))
         assert st.kind == int(np.bincount(kinds).argmax())
     sigs = tracker.signatures[(next(iter(members)), 4)]

@@ -17,11 +17,8 @@ import numpy as np
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import SEND, Component
 from mycroft.streams.core.completions import CollectiveStat
-from mycroft.streams.core.detect import (
-    DetectContext,
-    observe_collective,
-    role_gap_baseline,
-)
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect_slow import observe_collective, role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW
 from mycroft.streams.core.rca_hang import Suspect

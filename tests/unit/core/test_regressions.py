@@ -20,7 +20,8 @@ from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.detect import DetectContext, observe_collective
+from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect_slow import observe_collective
 from mycroft.streams.core.engine import Analyzer, Incident, _better
 from mycroft.streams.core.graph import _data_edges
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore

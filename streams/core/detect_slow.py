@@ -1,0 +1,312 @@
+"""Slowdown detection on completed collectives, fed in blocks.
+
+Every completed collective feeds its op baselines and one lateness baseline
+per member (see :func:`observe_collectives`), and its cross-host send flows'
+counter gaps feed the role's G-T and T-D baselines. The per-collective
+metrics are kept as :class:`~mycroft.streams.core.baseline_columns.BaselineColumns`
+and applied a block at a time: the analyzer queues its completed collectives
+and observes them before anything reads the baselines, which gives the same
+verdicts as one collective at a time (tests/unit/core/test_fast_paths.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mycroft.schemas.records import Anomaly
+from mycroft.schemas.vocab import OP_NAMES, FaultKind
+from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_bucket
+from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
+from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.detect import DetectContext, new_anomaly
+
+FlowGaps = dict[int, tuple[float, float]]
+"""``rank -> (median G-T, median T-D)`` of one op's cross-host sends (chunks)."""
+
+Completed = tuple[CollectiveStat, int, FlowGaps]
+"""A completed collective, the analyzer's clock when it completed, its gaps."""
+
+GAP_CLOCK_SLACK_NS = 100_000_000
+"""Snapshots this much older than an op's first issue, or newer than its last
+completion, are not searched for it (host clocks differ by milliseconds)."""
+
+
+def observe_collective(
+    ctx: DetectContext, stat: CollectiveStat, now_ns: int
+) -> list[Anomaly]:
+    """Feed one completed collective to its baselines; return slowdowns
+    (:func:`observe_collectives` of one)."""
+    return observe_collectives(ctx, [(stat, now_ns, op_flow_gaps(ctx, stat))])
+
+
+def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[Anomaly]:
+    """Feed completed collectives, in completion order; return slowdowns.
+
+    Metrics, keyed by (comm, op kind, size bucket): ``xfer`` (the shortest
+    per-rank start-to-end time, i.e. the transfer once every member arrived,
+    on one host clock) and ``span`` (first kernel start to last end); keyed by
+    (comm, rank): ``late`` (kernel start minus the members' median).
+
+    Arrival skew belongs to the per-rank ``late`` metric, whose persistence
+    is per rank (``late_persist`` of ``late_of``): independent one-off
+    stragglers on different ranks of a comm must not add up to a
+    "persistent" slowdown. ``span`` therefore fires only when SEVERE. The
+    late floor is half the op's median span before the op. A collective
+    that fired nothing teaches its comm's ``span_any`` (first CPU enqueue to
+    last end, which runs ahead of the GPU by up to a compute segment): the
+    hang threshold's baseline.
+
+    Anomalies come per collective in this order: span, xfer, late (member
+    order), then its flow lag (:func:`observe_flow_lag`).
+    """
+    if not done:
+        return []
+    cfg, fam = ctx.cfg, ctx.book.families
+    stats = [d[0] for d in done]
+    m = _metrics(stats)
+    op_keys = [(s.comm, s.kind, size_bucket(s.nbytes)) for s in stats]
+    op_floor = cfg.slow_abs_floor_s * 1e9
+    span, xfer = (
+        _observe(fam[name], [(*k, name) for k in op_keys], v, op_floor, ctx)
+        for name, v in (("span", m.span), ("xfer", m.xfer))
+    )
+    floors = np.maximum(cfg.late_floor_s * 1e9, 0.5 * span.median_before)
+    late = _observe_late(fam["late"], m, np.repeat(floors, m.size), ctx)
+    late_fired = np.zeros(len(stats), bool)
+    np.logical_or.at(late_fired, m.op, late.fired)
+    quiet = np.flatnonzero(~(span.fired | xfer.fired | late_fired))
+    any_keys = [(stats[i].comm, "span_any") for i in quiet.tolist()]
+    _observe(fam["span_any"], any_keys, m.queued[quiet], 1e18, ctx)
+    return _report(ctx, done, m, {"span": span, "xfer": xfer, "late": late})
+
+
+def _report(
+    ctx: DetectContext,
+    done: Sequence[Completed],
+    m: _Metrics,
+    seen: dict[str, Observed],
+) -> list[Anomaly]:
+    """The slowdowns of a block: per collective, what its samples fired
+    (span, xfer, late by member), then its flow lag."""
+    late = seen["late"]
+    late_by_op: dict[int, list[int]] = {}
+    for j in np.flatnonzero(late.fired).tolist():
+        late_by_op.setdefault(int(m.op[j]), []).append(j)
+    out: list[Anomaly] = []
+    for i, (stat, now_ns, gaps) in enumerate(done):
+        for metric, value in (("span", m.span[i]), ("xfer", m.xfer[i])):
+            if seen[metric].fired[i]:
+                median = float(seen[metric].median_after[i])
+                out.append(
+                    _slow_anomaly(ctx, stat, metric, float(value), median, (), now_ns)
+                )
+        for j in late_by_op.get(i, ()):
+            median, rank = float(late.median_after[j]), (int(m.rank[j]),)
+            out.append(
+                _slow_anomaly(ctx, stat, "late", float(m.late[j]), median, rank, now_ns)
+            )
+        out += observe_flow_lag(ctx, stat, gaps, now_ns)
+    return out
+
+
+class _Metrics:
+    """Per-op and per-member metrics of a block of collectives (ops in block
+    order, members in op order then member order)."""
+
+    def __init__(self, n_ops: int, n_members: int) -> None:
+        self.span, self.xfer, self.queued = (
+            np.zeros(n_ops),
+            np.zeros(n_ops),
+            np.zeros(n_ops),
+        )
+        self.size = np.zeros(n_ops, np.int64)
+        self.op = np.zeros(n_members, np.int64)
+        self.comm = np.zeros(n_members, np.uint64)
+        self.rank = np.zeros(n_members, np.int64)
+        self.late = np.zeros(n_members)
+
+
+def _metrics(stats: list[CollectiveStat]) -> _Metrics:
+    """Compute every op's span, xfer, queued span and every member's lateness,
+    one matrix per member count (the arithmetic of ``CollectiveStat``)."""
+    sizes = np.array([len(s.ranks) for s in stats], np.int64)
+    first = np.r_[0, np.cumsum(sizes)]
+    m = _Metrics(len(stats), int(first[-1]))
+    m.size = sizes
+    by_size: dict[int, list[int]] = {}
+    for i, n in enumerate(sizes.tolist()):
+        by_size.setdefault(n, []).append(i)
+    for n, idx in by_size.items():
+        ops = [stats[i] for i in idx]
+        issue = np.stack([s.issue_ns for s in ops])
+        start = np.stack([s.start_ns for s in ops])
+        end = np.stack([s.end_ns for s in ops])
+        begin = np.where(start > 0, start, issue)
+        last_end = end.max(axis=1)
+        m.span[idx] = last_end - begin.min(axis=1)
+        m.xfer[idx] = (end - begin).min(axis=1)
+        m.queued[idx] = last_end - issue.min(axis=1)
+        at = (first[idx][:, None] + np.arange(n)).ravel()
+        m.op[at] = np.repeat(idx, n)
+        m.comm[at] = np.repeat(np.array([s.comm for s in ops], np.uint64), n)
+        m.rank[at] = np.concatenate([s.ranks for s in ops])
+        m.late[at] = (begin - np.median(begin, axis=1)[:, None]).ravel()
+    return m
+
+
+def _observe(
+    columns: BaselineColumns,
+    keys: Sequence[tuple[object, ...]],
+    values: np.ndarray,
+    floors: float | np.ndarray,
+    ctx: DetectContext,
+) -> Observed:
+    """Observe ``values`` under ``keys`` (one per value) in one block."""
+    index: dict[tuple[object, ...], int] = {}
+    inverse = np.array([index.setdefault(k, len(index)) for k in keys], np.int64)
+    rows = columns.row_of(list(index))[inverse] if len(keys) else inverse
+    floor = np.broadcast_to(np.asarray(floors, np.float64), values.shape)
+    return columns.observe(rows, values.astype(np.float64), floor, ctx.cfg)
+
+
+def _observe_late(
+    columns: BaselineColumns, m: _Metrics, floors: np.ndarray, ctx: DetectContext
+) -> Observed:
+    """Observe every member's lateness under its (comm, rank) key; the keys
+    are made once per distinct pair (a block holds ~10 samples per pair)."""
+    order = np.lexsort((m.rank, m.comm))
+    comm, rank = m.comm[order], m.rank[order]
+    new = np.r_[True, (comm[1:] != comm[:-1]) | (rank[1:] != rank[:-1])]
+    pair = np.empty(len(order), np.int64)
+    pair[order] = np.cumsum(new) - 1
+    keys = zip(comm[new].tolist(), rank[new].tolist(), strict=True)
+    rows = columns.row_of([(c, r, "late") for c, r in keys])[pair]
+    return columns.observe(rows, m.late, floors, ctx.cfg)
+
+
+def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline:
+    """Return the pooled baseline of one counter gap (``"gt"`` = G-T or
+    ``"td"`` = T-D, chunks) over every cross-host send flow of ``comm``'s role.
+
+    Flows of one kind of communicator share a healthy gap (pipelining depth,
+    wire latency times rate); pooling them warms the baseline within a few
+    ops, and out-of-band samples are not learned.
+    """
+    info = ctx.topo.comms.get(comm)
+    return ctx.book.get_scalar(("flow", info.role if info else "other", gap))
+
+
+def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
+    """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
+    send flows to other hosts, from the snapshots taken while it ran.
+
+    Only snapshots of a started flow count (``progress.started_sends``):
+    before its first chunk and after its last, every gap is zero.
+    Ops of one host, and ops no snapshot caught in flight, give nothing.
+    Call it when the op completes: later snapshots are not the op's.
+    """
+    topo = ctx.topo
+    where = topo.rank_host.get
+    hosts = {where(r, "") for r in stat.ranks.tolist()}
+    if len(hosts) < 2 or "" in hosts:
+        return {}
+    cutoff = int(stat.issue_ns.min()) - GAP_CLOCK_SLACK_NS
+    after = int(stat.end_ns.max()) + GAP_CLOCK_SLACK_NS
+    key = (stat.comm, stat.seq)
+    parts = []
+    for name in hosts:
+        hs = ctx.store.hosts.get(name)
+        for tick, by_op in reversed(hs.sends if hs is not None else ()):
+            if tick < cutoff:
+                break
+            if tick > after:  # taken after the op ended everywhere
+                continue
+            rows = by_op.get(key)
+            if rows is not None:
+                parts.append(rows)
+    if not parts:
+        return {}
+    rows = np.concatenate(parts)
+    out: FlowGaps = {}
+    for rank in np.unique(rows["rank"]).tolist():
+        f = rows[rows["rank"] == rank]
+        away = np.array(
+            [topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]
+        )
+        f = f[away]
+        if len(f):
+            gt = np.median(f["gpu_ready"] - f["transmitted"])
+            td = np.median(f["transmitted"] - f["done"])
+            out[rank] = (float(gt), float(td))
+    return out
+
+
+def observe_flow_lag(
+    ctx: DetectContext, stat: CollectiveStat, gaps: FlowGaps, now_ns: int
+) -> list[Anomaly]:
+    """Learn the role's G-T and T-D baselines from one op's ``gaps``; return a
+    slowdown per rank whose cross-host sends keep a T-D lag above the role's.
+
+    Transmitted-not-done growing while G-T stays small is the network (or the
+    far side) acknowledging late: congestion that may barely stretch an op.
+    Persistence is per (comm, rank): 3 of its last 5 caught ops out of band.
+    """
+    cfg = ctx.cfg
+    out: list[Anomaly] = []
+    for rank, (gt, td) in sorted(gaps.items()):
+        role_gap_baseline(ctx, stat.comm, "gt").observe(gt, cfg, cfg.gap_floor_chunks)
+        pool = role_gap_baseline(ctx, stat.comm, "td")
+        verdict = pool.observe(td, cfg, cfg.gap_floor_chunks)
+        # The pooled baseline judges; the per-rank record only keeps verdicts.
+        track = ctx.book.get_scalar((stat.comm, rank, "td"))
+        track.recent.append(verdict in (Verdict.HIGH, Verdict.SEVERE))
+        while len(track.recent) > cfg.slow_of:
+            track.recent.popleft()
+        if track.recent[-1] and track.persistent(cfg):
+            med = pool.stats()[0]
+            out.append(
+                new_anomaly(
+                    ctx,
+                    "slow_td",
+                    f"{stat.comm:x}:{stat.seq}:td{rank}",
+                    FaultKind.SLOWDOWN,
+                    (stat.comm,),
+                    (rank,),
+                    int(stat.issue_ns.min()),
+                    now_ns,
+                    f"seq {stat.seq} on comm {stat.comm:x}: rank {rank}'s sends to "
+                    f"other hosts keep {td:.1f} chunks transmitted-not-done "
+                    f"(role baseline {med:.1f})",
+                    score=td / max(pool.threshold(cfg, cfg.gap_floor_chunks), 1.0),
+                )
+            )
+    return out
+
+
+def _slow_anomaly(  # noqa: PLR0917 - private helper of one module
+    ctx: DetectContext,
+    stat: CollectiveStat,
+    metric: str,
+    value: float,
+    median: float,
+    ranks: tuple[int, ...],
+    now_ns: int,
+) -> Anomaly:
+    name = OP_NAMES[stat.kind] if stat.kind < len(OP_NAMES) else str(stat.kind)
+    who = f" rank {ranks[0]}" if ranks else ""
+    onset = int(stat.issue_ns.min())
+    return new_anomaly(
+        ctx,
+        f"slow_{metric}",
+        f"{stat.comm:x}:{stat.seq}:{metric}{who.strip()}",
+        FaultKind.SLOWDOWN,
+        (stat.comm,),
+        ranks or tuple(stat.ranks.tolist()),
+        onset,
+        now_ns,
+        f"{name} seq {stat.seq} on comm {stat.comm:x}:{who} {metric} "
+        f"{value / 1e6:.1f} ms vs baseline {median / 1e6:.1f} ms",
+        score=value / max(median, 1.0),
+    )
