@@ -17,7 +17,7 @@ onset on the same (wall-clock) trace clock.
 ``--speed S`` publishes S trace seconds per wall second (the workers get
 ``--trace-speed S`` and evaluate every 0.2 trace s): the way to run a job
 larger than the machine's cores carry in real time (a 1,024-rank job needs
-about 6 cores of stage-1 workers, ``streams/SCALING.md``). Broker timestamps
+4-5 cores of stage-1 workers, ``streams/SCALING.md``). Broker timestamps
 are then mapped back to the trace clock, ``start + (t - start) * S``, so the
 latencies are in trace seconds; the pipeline's own wall-clock delays (Kafka,
 polling, the evaluation period) shrink by S with them, which the results

@@ -71,6 +71,29 @@ def _rca_cost(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _ingest_cost(r: dict[str, Any]) -> list[str]:
+    return [
+        "One analyzer fed a healthy simulated job in process (every record "
+        f"ingested, evaluate every {r['cadence_ms']} ms of trace), least CPU of "
+        f"{r['repeat']} on {r['cpus']} CPUs. Above 1 CPU s per trace s, one core "
+        f"cannot follow the job in real time. Source {r['commit']}.",
+        "",
+        "| ranks | rank-state rows / trace s | completion rows / trace s | "
+        "CPU s / trace s | state / completion / evaluate | rank-state rows / CPU s |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {x['ranks']} | {x['rc_rows_per_trace_s']:,} | "
+            f"{x['completion_rows_per_trace_s']:,} | {x['cpu_s_per_trace_s']} | "
+            + " / ".join(
+                str(x["cpu_s_per_trace_s_by_phase"].get(k, 0))
+                for k in ("state", "completion", "evaluate")
+            )
+            + f" | {x['rc_rows_per_cpu_s']:,} |"
+            for x in r["rows"]
+        ),
+    ]
+
+
 def _agent(r: dict[str, Any]) -> list[str]:
     s, g = r["setup"], r["goals"]
     return [
@@ -124,6 +147,11 @@ RENDERERS: dict[str, Renderer] = {
         "Slowdown root cause: cost of one refresh as the job grows",
         "python bench/rca_cost.py",
         _rca_cost,
+    ),
+    "ingest_cost": (
+        "Analyzer cost per second of a healthy job",
+        "python bench/ingest_cost.py",
+        _ingest_cost,
     ),
     "agent_footprint": (
         "Node agent footprint",

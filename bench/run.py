@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "message_size": ["--out", "bench/results/message_size.json"],
     "sim_speed": [],
     "rca_cost": [],
+    "ingest_cost": [],
     "agent_footprint": ["--out", "bench/results/agent_footprint.json"],
     "streams_throughput": ["--out", "bench/results/streams_throughput.json"],
 }
