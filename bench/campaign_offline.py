@@ -66,6 +66,14 @@ def source_commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
+def write_rows(out: Path, rows: list[dict[str, Any]], **fields: Any) -> None:
+    """Write a benchmark's ``rows`` to ``out`` as JSON, with the measured
+    commit, ``fields`` and the machine's CPU count."""
+    doc = {"commit": source_commit(), **fields, "cpus": os.cpu_count(), "rows": rows}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def _seeds_per_fault(rows: list[dict[str, Any]]) -> int | str:
     """Runs per fault type: a number, or ``"min-max"`` when they differ."""
     faults = {r["fault"] for r in rows} - {"healthy"}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections import Counter
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import source_commit  # noqa: E402
+from bench.campaign_offline import write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.tracefile import ListWriter  # noqa: E402
@@ -97,15 +96,7 @@ def main() -> int:
     for size in a.sizes.split(","):
         rows.append(measure(int(size), a.seconds, a.repeat))
         print(json.dumps(rows[-1]), flush=True)
-    doc = {
-        "commit": source_commit(),
-        "cadence_ms": CADENCE_NS // 1_000_000,
-        "repeat": a.repeat,
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    a.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {a.out}")
+    write_rows(a.out, rows, cadence_ms=CADENCE_NS // 1_000_000, repeat=a.repeat)
     return 0
 
 

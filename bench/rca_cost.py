@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import source_commit  # noqa: E402
+from bench.campaign_offline import write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
@@ -81,15 +80,7 @@ def main() -> int:
     ]
     for row in rows:
         print(json.dumps(row), flush=True)
-    doc = {
-        "commit": source_commit(),
-        "window_s": WINDOW_S,
-        "repeat": a.repeat,
-        "cpus": os.cpu_count(),
-        "rows": rows,
-    }
-    a.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {a.out}")
+    write_rows(a.out, rows, window_s=WINDOW_S, repeat=a.repeat)
     return 0
 
 
