@@ -10,10 +10,13 @@ from enum import StrEnum
 
 import numpy as np
 
-from mycroft.streams.core.baseline_columns import BaselineColumns, Rule
+from mycroft.streams.core.baseline_columns import (
+    MAD_TO_SIGMA,
+    WARM_SAMPLES,
+    BaselineColumns,
+    Rule,
+)
 from mycroft.streams.core.config import DetectorConfig
-
-_MAD_TO_SIGMA = 1.4826
 
 
 def _median(ordered: list[float]) -> float:
@@ -117,7 +120,7 @@ class RobustBaseline:
             # and the MAD is selected from it, never sorted anew.
             med = _median(self.ordered)
             mad = _median_abs_dev(self.ordered, med)
-            self._stats = (med, _MAD_TO_SIGMA * mad)
+            self._stats = (med, MAD_TO_SIGMA * mad)
         return self._stats
 
     def threshold(self, cfg: DetectorConfig, floor: float) -> float:
@@ -203,7 +206,7 @@ class RobustBaseline:
     @property
     def warm(self) -> bool:
         """Whether the baseline has seen enough normal samples to judge."""
-        return len(self.values) >= 3
+        return len(self.values) >= WARM_SAMPLES
 
 
 FAMILY_RULES: dict[str, Callable[[DetectorConfig], Rule]] = {
@@ -231,7 +234,7 @@ class ColumnBaseline:
     @property
     def warm(self) -> bool:
         """Whether the baseline has seen enough normal samples to judge."""
-        return self.columns.count(self.row) >= 3
+        return self.columns.count(self.row) >= WARM_SAMPLES
 
     def observe(self, value: float, cfg: DetectorConfig, floor: float) -> Verdict:
         """Judge, remember and learn one sample under the family's rule."""

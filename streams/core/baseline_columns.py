@@ -20,7 +20,9 @@ import numpy as np
 
 from mycroft.streams.core.config import DetectorConfig
 
-_MAD_TO_SIGMA = 1.4826
+MAD_TO_SIGMA = 1.4826
+WARM_SAMPLES = 3
+"""Kept samples after which a baseline's median is trusted as a reference."""
 WARMUP, NORMAL, HIGH, SEVERE = 0, 1, 2, 3
 """Verdict codes, in the order of :class:`~mycroft.streams.core.baseline.Verdict`."""
 
@@ -76,12 +78,12 @@ def row_stats(window: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray
         s = np.sort(window, axis=1)
         med = sorted_median(s, n)
         dev = np.sort(np.abs(window - med[:, None]), axis=1)
-        return med, _MAD_TO_SIGMA * sorted_median(dev, n)
+        return med, MAD_TO_SIGMA * sorted_median(dev, n)
     valid = np.arange(width) < n[:, None]
     s = np.sort(np.where(valid, window, np.inf), axis=1)
     med = sorted_median(s, n)
     dev = np.sort(np.where(valid, np.abs(window - med[:, None]), np.inf), axis=1)
-    return med, _MAD_TO_SIGMA * sorted_median(dev, n)
+    return med, MAD_TO_SIGMA * sorted_median(dev, n)
 
 
 class BaselineColumns:
@@ -132,6 +134,11 @@ class BaselineColumns:
     def count(self, row: int) -> int:
         """Samples the row's baseline holds (at most ``window``)."""
         return int(min(self.learned[row], self.window))
+
+    def warm(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each row holds :data:`WARM_SAMPLES` samples or more."""
+        out: np.ndarray = np.minimum(self.learned[rows], self.window) >= WARM_SAMPLES
+        return out
 
     def stats(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(median, sigma)`` of each row's kept samples (rows distinct)."""

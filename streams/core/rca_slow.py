@@ -140,7 +140,7 @@ def _late_medians(ctx: DetectContext, pairs: list[tuple[int, int]]) -> np.ndarra
     known = rows >= 0
     med = np.zeros(len(rows))
     if known.any():
-        warm = np.minimum(late.learned[rows[known]], late.window) >= 3
+        warm = late.warm(rows[known])
         med[known] = np.where(warm, late.stats(rows[known])[0], 0.0)
     out: np.ndarray = med[inverse] if len(pairs) else med
     return out
