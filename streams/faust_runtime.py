@@ -231,6 +231,15 @@ def rank_chunks(batch: CompletionBatch) -> dict[int, int]:
     return {int(r): int(totals[r]) for r in present}
 
 
+def add_counts(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """Sum two ``name -> count`` maps: a rate table's window value and the
+    increments of one step (string names: the values travel as JSON)."""
+    out = dict(total)
+    for name, n in more.items():
+        out[name] = out.get(name, 0) + n
+    return out
+
+
 def comm_ops(batch: CompletionBatch) -> dict[int, int]:
     """Distinct ops completed per communicator in one batch (this host's view)."""
     op = batch.op

@@ -18,6 +18,7 @@ from mycroft.streams.faust_runtime import (
     Finding,
     JobRouter,
     JobSlot,
+    add_counts,
     comm_ops,
     dump_slot,
     is_fresh,
@@ -180,6 +181,13 @@ def test_rates_from_completion_batch() -> None:
     empty = completion_batch()
     empty.op = empty.op[:0]
     assert rank_chunks(empty) == {} and comm_ops(empty) == {}
+
+
+def test_rate_window_values_add_up_without_changing_their_input() -> None:
+    window = {"0": 64, "3": 10}
+    assert add_counts(window, {"3": 5, "7": 1}) == {"0": 64, "3": 15, "7": 1}
+    assert window == {"0": 64, "3": 10}  # a table's value is replaced, not edited
+    assert add_counts({}, {}) == {}
 
 
 @pytest.mark.parametrize("seq", [0, 5])
