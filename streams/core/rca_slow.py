@@ -653,8 +653,11 @@ def _score_whole_hosts(
     (its latest rank) carries the host's score. Only when the host's own
     intra-host collectives slowed too: a host late only in groups that cross
     hosts is waiting on another host (a pipeline dependency), and only when
-    no single GPU of it stands out (``singles``: late on its overall median,
-    i.e. the last to start inside its own groups too). Timing is
+    no single GPU of it stands out (``singles``: late on its overall median)
+    but the one that starts last inside the host's own groups: a slow GPU's
+    few ms per op add up, over an iteration, to its whole host (and pipeline
+    replica) arriving late at the data-parallel sync, far above its own
+    lateness (the share floor of ``_score_timing``); that GPU is named. Timing is
     weaker evidence than a G/T/D symptom (a host behind a slow NIC arrives
     late too), so the score is bounded."""
     reps: set[int] = set()
@@ -666,7 +669,8 @@ def _score_whole_hosts(
             continue
         if intra.get(host, -1.0) <= 0:
             continue
-        if any(m in singles for m in mates):
+        rep, lead = _host_leader(ctx, host, stats)
+        if any(m in singles and m != rep for m in mates):
             continue  # one GPU is the last to start even inside its host
         vals = [late[m] for m in mates]
         if min(vals) < 0.5 * max(vals):
@@ -685,7 +689,6 @@ def _score_whole_hosts(
         )
         # Late in cross-host groups, the mates are alike; inside the host's
         # own groups (one clock) a single slow GPU still starts last.
-        rep, lead = _host_leader(ctx, host, stats)
         if rep is None:
             rep = max(mates, key=lambda m: (late[m], -m))
             why += "host-wide GPU load"

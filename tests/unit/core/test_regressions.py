@@ -323,3 +323,18 @@ def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     host = Culprit(33, "h4", Component.HOST, FaultKind.HANG, 0.99)
     assert not _better([host], inc, again=True)
     assert _better([replace(host, confidence=1.0)], inc, again=False)
+
+
+def test_a_slow_gpu_is_named_when_evaluated_seconds_after_its_onset():
+    """A lagging worker evaluates seldom. 1.3 s after a power cap on rank 33,
+    its few ms per op have added up to its whole host (and pipeline replica)
+    arriving ~140 ms late at the data-parallel sync, far above its own
+    lateness; the GPU that starts last inside its host is still the culprit
+    (no root cause at all was published before)."""
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=14.0, seed=1)
+    rp = Replay(cadence_ns=2_000_000_000)
+    res = simulate(cfg, [parse_spec("gpu-power-cap")], rp)
+    doc = to_json(*rp.finish(), rp.first_resolved_ns)
+    fault = res.truth()["faults"][0]
+    best = doc["root_causes"][0]
+    assert (best["rank"], best["component"]) == (fault["rank"], "gpu")
