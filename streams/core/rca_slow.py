@@ -659,7 +659,10 @@ def _score_whole_hosts(
     replica) arriving late at the data-parallel sync, far above its own
     lateness (the share floor of ``_score_timing``); that GPU is named. Timing is
     weaker evidence than a G/T/D symptom (a host behind a slow NIC arrives
-    late too), so the score is bounded."""
+    late too), so the score is bounded, and the representatives returned
+    (the caller caps their confidence) are those named on the host's timing
+    alone: a GPU late on its own median and last inside its host is not (a
+    NIC does not slow one GPU inside its host's own groups)."""
     reps: set[int] = set()
     intra = _intra_host_slowdown(ctx, stats) if late else {}
     hosts = {ctx.topo.host_of(r) for r in late}
@@ -700,7 +703,8 @@ def _score_whole_hosts(
         suspects.setdefault(rep, Suspect(rep)).add(
             Component.GPU, 1.5 + min(1.0, mean / max(span, 1.0)), why
         )
-        reps.add(rep)
+        if rep not in singles:
+            reps.add(rep)
     return reps
 
 
