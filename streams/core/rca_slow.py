@@ -674,7 +674,7 @@ def _score_whole_hosts(
             continue
         rep, lead = _host_leader(ctx, host, stats)
         if any(m in singles and m != rep for m in mates):
-            continue  # one GPU is the last to start even inside its host
+            continue  # another GPU stands out on its own median: not host-wide
         vals = [late[m] for m in mates]
         if min(vals) < 0.5 * max(vals):
             continue  # some ranks lead the host's lateness: not host-wide
