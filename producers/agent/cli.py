@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -162,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # `kill -USR1 <pid>` writes every thread's stack to stderr (the log): what
+    # a daemon that does not stop or stops shipping is doing, without a debugger.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         agent.run(stop, settings.duration_s, settings.shutdown_flush_s)
     finally:

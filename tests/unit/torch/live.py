@@ -119,9 +119,23 @@ def run_live(
                 if any(named(r, rank, kind) for r in found):
                     break
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(20)
+        stop_agent(agent, tmp / "agent.log")
     return found
+
+
+def stop_agent(agent: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM the agent; one still running 20 s later writes its stacks to
+    ``log`` (SIGUSR1), is killed, and fails the test."""
+    agent.send_signal(signal.SIGTERM)
+    try:
+        agent.wait(20)
+    except subprocess.TimeoutExpired:
+        agent.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        agent.kill()
+        agent.wait(10)
+        msg = f"the agent did not stop within 20 s of SIGTERM; stacks in {log}"
+        raise AssertionError(msg) from None
 
 
 def summary(found: list[RootCause]) -> list[tuple[str, list[tuple[int, str, float]]]]:
