@@ -672,9 +672,6 @@ def _score_whole_hosts(
             continue
         if intra.get(host, -1.0) <= 0:
             continue
-        rep, lead = _host_leader(ctx, host, stats)
-        if any(m in singles and m != rep for m in mates):
-            continue  # another GPU stands out on its own median: not host-wide
         vals = [late[m] for m in mates]
         if min(vals) < 0.5 * max(vals):
             continue  # some ranks lead the host's lateness: not host-wide
@@ -685,13 +682,16 @@ def _score_whole_hosts(
             for c in (Component.NIC, Component.PROXY, Component.NETWORK)
         ):
             continue  # its own flows explain the lateness (G/T/D first)
+        # Late in cross-host groups, the mates are alike; inside the host's
+        # own groups (one clock) a single slow GPU still starts last.
+        rep, lead = _host_leader(ctx, host, stats)
+        if any(m in singles and m != rep for m in mates):
+            continue  # another GPU stands out on its own median: not host-wide
         mean = float(np.mean([late[m] for m in mates]))
         why = (
             f"every rank of host {host} arrives late ({mean / 1e6:.1f} ms on "
             "average) and its intra-host collectives slowed: "
         )
-        # Late in cross-host groups, the mates are alike; inside the host's
-        # own groups (one clock) a single slow GPU still starts last.
         if rep is None:
             rep = max(mates, key=lambda m: (late[m], -m))
             why += "host-wide GPU load"
