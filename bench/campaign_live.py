@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.campaign.score import score_run  # noqa: E402
 from bench.campaign_offline import (  # noqa: E402
     HANG_KINDS,
+    SHAPES,
     aggregate,
     plot,
     source_commit,
@@ -66,7 +67,6 @@ from mycroft.streams.worker_process import WorkerProcess  # noqa: E402
 from mycroft.topics import TopicSet, group_partition, partition_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 PARTITIONS = 8
 
 

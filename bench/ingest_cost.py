@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import write_rows  # noqa: E402
+from bench.campaign_offline import SHAPES, write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.tracefile import ListWriter  # noqa: E402
@@ -33,7 +33,6 @@ from mycroft.schemas.records import CompletionBatch, StateBatch  # noqa: E402
 from mycroft.streams.core.engine import Analyzer  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ingest_cost.json"
-SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 CADENCE_NS = 100_000_000
 
 

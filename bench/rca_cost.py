@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import write_rows  # noqa: E402
+from bench.campaign_offline import SHAPES, write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
@@ -33,7 +33,6 @@ from mycroft.streams.analyze import Replay  # noqa: E402
 from mycroft.streams.core.rca_slow import explain_slowdown  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rca_cost.json"
-SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 ONSET_S, WINDOW_S = 6.0, 4.0
 FAULTS = {
     "nic-bandwidth": f"nic-bandwidth:rank=9,at={ONSET_S},severity=0.7",
