@@ -5,8 +5,9 @@ the records to one ``Analyzer`` as a worker does (every record ingested,
 ``evaluate`` every 100 ms of trace time), ``--repeat`` times, and keeps the
 least CPU time. Reported: rank-state rows and completed collectives per
 trace second, CPU seconds per trace second split into state ingest,
-completion ingest and evaluate (which observes the completed collectives as
-one block), and rank-state rows per CPU second. A CPU-per-trace-second
+completion ingest (queueing the batch) and evaluate (which joins the queued
+completions into collectives and observes them as one block), and rank-state
+rows per CPU second. A CPU-per-trace-second
 above 1 means one core cannot follow the job in real time (the two stages of
 streams/SCALING.md split it). Writes ``bench/results/ingest_cost.json``::
 

@@ -177,17 +177,22 @@ def lost_ranks(ctx: DetectContext, now_ns: int) -> dict[int, tuple[str, int]]:
     }
     hosts = list(store.hosts.values())
     s = store.slots
-    host_tick = store.host_tick_of_slots()
-    for i in range(len(s)):
-        hs = hosts[int(s["host"][i])]
-        limit = _silence_limit_ns(cfg, hs.gap_ns)
+    host = s["host"]
+    limit = np.array([_silence_limit_ns(cfg, h.gap_ns) for h in hosts], np.int64)[host]
+    stale_host = ~np.array([h.index in fresh_hosts for h in hosts], bool)[host]
+    tick, seen = s["tick_ns"], s["seen_ns"]
+    rows_gone = store.host_tick_of_slots() - tick > limit
+    seen_stale = (seen > 0) & (tick - seen > limit)
+    # Python only for the slots of lost ranks, in slot order: a silent host
+    # overrides what the rank's earlier slots said, the other two do not.
+    for i in np.flatnonzero(stale_host | rows_gone | seen_stale).tolist():
         rank = int(s["rank"][i])
-        if hs.index not in fresh_hosts:
-            out[rank] = ("host", int(s["tick_ns"][i]))
-        elif host_tick[i] - s["tick_ns"][i] > limit:
-            out.setdefault(rank, ("rows", int(s["tick_ns"][i])))
-        elif s["seen_ns"][i] > 0 and s["tick_ns"][i] - s["seen_ns"][i] > limit:
-            out.setdefault(rank, ("seen", int(s["seen_ns"][i])))
+        if stale_host[i]:
+            out[rank] = ("host", int(tick[i]))
+        elif rows_gone[i]:
+            out.setdefault(rank, ("rows", int(tick[i])))
+        else:
+            out.setdefault(rank, ("seen", int(seen[i])))
     return out
 
 
@@ -224,42 +229,44 @@ def detect_silence(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
 
 
 def detect_mismatch(
-    ctx: DetectContext,
-    now_ns: int,
-    done_sigs: dict[tuple[int, int], dict[tuple[int, int], list[int]]],
+    ctx: DetectContext, now_ns: int, done_rows: np.ndarray
 ) -> list[Anomaly]:
     """Return a MISMATCH anomaly per (comm, seq) whose members disagree.
 
-    Signatures (op kind, bytes) come from in-flight op rows and completions;
-    the two sides of a point-to-point transfer (send / recv) agree.
+    Signatures (op kind, bytes) come from in-flight op rows and from
+    ``done_rows``, the completion rows of ops still partial or completed in
+    disagreement (``CompletionTracker.signature_rows``); the two sides of a
+    point-to-point transfer (send / recv) agree. Only ops with two
+    signatures leave numpy.
     """
     ops = ctx.store.in_flight_ops()
+    cols = [
+        np.concatenate([ops[f].astype(np.uint64), done_rows[f].astype(np.uint64)])
+        for f in ("comm", "seq", "rank")
+    ]
+    kinds = [matching_kind(ops["kind"]), matching_kind(done_rows["kind"])]
+    sizes = [ops["bytes"], done_rows["bytes"]]
+    comm, seq, rank = cols
+    kind = np.concatenate(kinds).astype(np.uint64)
+    size = np.concatenate(sizes).astype(np.uint64)
+    if not len(comm):
+        return []
+    order = np.lexsort((rank, size, kind, seq, comm))
+    comm, seq, kind, size, rank = (a[order] for a in (comm, seq, kind, size, rank))
+    new_key = np.r_[True, (comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])]
+    new_sig = new_key | np.r_[True, (kind[1:] != kind[:-1]) | (size[1:] != size[:-1])]
+    key_of = np.cumsum(new_key) - 1
+    sigs_per_key = np.bincount(key_of[new_sig], minlength=int(key_of[-1]) + 1)
+    odd_rows = np.flatnonzero(sigs_per_key[key_of] > 1)
     sigs: dict[tuple[int, int], dict[tuple[int, int], list[int]]] = {}
-    if len(ops):
-        cols = np.stack(
-            [
-                ops["comm"].astype(np.uint64),
-                ops["seq"].astype(np.uint64),
-                matching_kind(ops["kind"]).astype(np.uint64),
-                ops["bytes"].astype(np.uint64),
-            ],
-            1,
-        )
-        uniq, inv = np.unique(cols, axis=0, return_inverse=True)
-        inv = inv.ravel()
-        for i, (comm, seq, kind, nbytes) in enumerate(uniq.tolist()):
-            ranks = sorted(set(ops["rank"][inv == i].tolist()))
-            sigs.setdefault((comm, seq), {})[(kind, nbytes)] = ranks
-    for key, by_sig in done_sigs.items():
-        if len(by_sig) < 2 and key not in sigs:
-            continue  # one signature and nothing in flight: agrees
-        for sig, ranks in by_sig.items():
-            lst = sigs.setdefault(key, {}).setdefault(sig, [])
-            lst.extend(r for r in ranks if r not in lst)
+    for c, q, k, b, r in zip(
+        *(a[odd_rows].tolist() for a in (comm, seq, kind, size, rank)), strict=True
+    ):
+        lst = sigs.setdefault((c, q), {}).setdefault((k, b), [])
+        if not lst or lst[-1] != r:  # sorted by rank: a repeat is adjacent
+            lst.append(r)
     out: list[Anomaly] = []
-    for (comm, seq), by_sig in sigs.items():
-        if len(by_sig) < 2:
-            continue
+    for (c, q), by_sig in sigs.items():
         ordered = sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         odd = tuple(sorted(r for _, rs in ordered[1:] for r in rs))
         desc = "; ".join(
@@ -270,13 +277,13 @@ def detect_mismatch(
             new_anomaly(
                 ctx,
                 "mismatch",
-                f"{comm:x}:{seq}",
+                f"{c:x}:{q}",
                 FaultKind.MISMATCH,
-                (comm,),
+                (c,),
                 odd,
                 now_ns,
                 now_ns,
-                f"comm {comm:x} seq {seq} disagrees: {desc}",
+                f"comm {c:x} seq {q} disagrees: {desc}",
             )
         )
     return out

@@ -198,6 +198,29 @@ def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline
     return ctx.book.get_scalar(("flow", info.role if info else "other", gap))
 
 
+def block_flow_gaps(
+    ctx: DetectContext, stats: Sequence[CollectiveStat]
+) -> list[FlowGaps]:
+    """Return :func:`op_flow_gaps` of each of ``stats`` (completed together).
+
+    Most ops run between two snapshots and no snapshot holds them: one pass
+    over the snapshots of the block's time span collects the ops any of them
+    caught, and only those are looked up.
+    """
+    if not stats:
+        return []
+    lo = min(s.first_issue_ns for s in stats) - GAP_CLOCK_SLACK_NS
+    hi = max(s.last_end_ns for s in stats) + GAP_CLOCK_SLACK_NS
+    caught: set[tuple[int, int]] = set()
+    for hs in ctx.store.hosts.values():
+        for tick, by_op in reversed(hs.sends):
+            if tick < lo:
+                break
+            if tick <= hi:
+                caught.update(by_op)
+    return [op_flow_gaps(ctx, s) if (s.comm, s.seq) in caught else {} for s in stats]
+
+
 def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
     send flows to other hosts, from the snapshots taken while it ran.
@@ -212,8 +235,8 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     hosts = {where(r, "") for r in stat.ranks.tolist()}
     if len(hosts) < 2 or "" in hosts:
         return {}
-    cutoff = int(stat.issue_ns.min()) - GAP_CLOCK_SLACK_NS
-    after = int(stat.end_ns.max()) + GAP_CLOCK_SLACK_NS
+    cutoff = stat.first_issue_ns - GAP_CLOCK_SLACK_NS
+    after = stat.last_end_ns + GAP_CLOCK_SLACK_NS
     key = (stat.comm, stat.seq)
     parts = []
     for name in hosts:

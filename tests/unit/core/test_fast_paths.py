@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -18,6 +19,7 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
+from mycroft.producers.tracefile import ListWriter
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import BatchHeader, CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES, SEND
@@ -31,7 +33,12 @@ from mycroft.streams.core.completions import (
     small_median,
 )
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.detect import DetectContext, comm_last_progress
+from mycroft.streams.core.detect import (
+    DetectContext,
+    _silence_limit_ns,
+    comm_last_progress,
+    lost_ranks,
+)
 from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
@@ -160,11 +167,13 @@ def test_tracker_joins_each_collective_once_as_the_naive_join_does() -> None:
         assert st.nbytes == int(np.median([first[r][1] for r in first]))
         kinds = matching_kind(np.array([first[r][0] for r in first], np.uint8))
         assert st.kind == int(np.bincount(kinds).argmax())
-    sigs = tracker.signatures[(next(iter(members)), 4)]
-    assert sorted(len(v) for v in sigs.values()) == [1, 7]  # the odd size stands out
-    for by_sig in tracker.signatures.values():
-        ranks = [r for lst in by_sig.values() for r in lst]
-        assert len(ranks) == len(set(ranks))
+    # Nothing is partial; the one op completed in disagreement is kept.
+    odd = tracker.signature_rows()
+    assert set(zip(odd["comm"].tolist(), odd["seq"].tolist(), strict=True)) == {
+        (next(iter(members)), 4)
+    }
+    assert sorted(Counter(odd["bytes"].tolist()).values()) == [1, 7]
+    assert len(set(odd["rank"].tolist())) == len(odd)
 
 
 @pytest.fixture(scope="module")
@@ -450,3 +459,59 @@ def test_flow_features_over_all_flows_match_the_per_flow_definitions(
         frozen += sum(f.episodes for f in got)
     assert frozen >= 20  # freezes, not only moving flows, were compared
     assert flow_features(real[:0]) == []
+
+
+def _lost_reference(ctx: DetectContext, now_ns: int) -> dict[int, tuple[str, int]]:
+    """``lost_ranks`` as one Python step per slot (the loop it replaced)."""
+    store, cfg = ctx.store, ctx.cfg
+    newest = max(h.last_now_ns for h in store.hosts.values())
+    gaps = [h.gap_ns for h in store.hosts.values() if h.gap_ns > 0]
+    median_gap = float(np.median(gaps)) if gaps else 0.0
+    if now_ns - newest > _silence_limit_ns(cfg, median_gap):
+        return {}
+    fresh = {
+        h.index
+        for h in store.hosts.values()
+        if newest - h.last_now_ns <= _silence_limit_ns(cfg, h.gap_ns)
+    }
+    hosts, s = list(store.hosts.values()), store.slots
+    host_tick = store.host_tick_of_slots()
+    out: dict[int, tuple[str, int]] = {}
+    for i in range(len(s)):
+        hs = hosts[int(s["host"][i])]
+        limit = _silence_limit_ns(cfg, hs.gap_ns)
+        rank, tick, seen = int(s["rank"][i]), int(s["tick_ns"][i]), int(s["seen_ns"][i])
+        if hs.index not in fresh:
+            out[rank] = ("host", tick)
+        elif host_tick[i] - tick > limit:
+            out.setdefault(rank, ("rows", tick))
+        elif seen > 0 and tick - seen > limit:
+            out.setdefault(rank, ("seen", seen))
+    return out
+
+
+@pytest.mark.parametrize("silent_host", [False, True])
+def test_lost_ranks_match_a_loop_over_slots(silent_host: bool) -> None:
+    """A crashed process (its rows vanish), and the same job with one host's
+    records dropped after 4 s (a silent host)."""
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=7.0, seed=2, job_id="lost")
+    out = ListWriter()
+    simulate(cfg, [parse_spec("process-crash:rank=20,at=3")], out)
+    an = Analyzer("lost")
+    t0 = out.records[0][0]
+    for ts, rec in out.records:
+        host = getattr(getattr(rec, "header", rec), "host", "")
+        if silent_host and ts > t0 + 4e9 and host == "node0005":
+            continue
+        an.ingest(rec, ts)
+    ctx = an.ctx
+    newest = max(h.last_now_ns for h in ctx.store.hosts.values())
+    found: set[str] = set()
+    for after_s in (0.0, 0.5, 1.0, 2.0, 3.0):
+        now = newest + int(after_s * 1e9)
+        got = lost_ranks(ctx, now)
+        assert got == _lost_reference(ctx, now)
+        assert list(got) == list(_lost_reference(ctx, now))  # same order
+        found |= {how for how, _ in got.values()}
+    assert ("host" in found) == silent_host
+    assert found & {"rows", "seen"}  # the crashed process

@@ -14,17 +14,18 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
+from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import Anomaly, Culprit, RootCause
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component, FaultKind
 from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect import DetectContext, detect_mismatch
 from mycroft.streams.core.detect_slow import observe_collective
 from mycroft.streams.core.engine import Analyzer, Incident, _better
 from mycroft.streams.core.graph import _data_edges
-from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.progress import _OP_PLUS, FLAT_FLOW, ProgressStore
 from mycroft.streams.core.topology import JobTopology
 
 MS = 1_000_000
@@ -338,3 +339,22 @@ def test_a_slow_gpu_is_named_when_evaluated_seconds_after_its_onset():
     fault = res.truth()["faults"][0]
     best = doc["root_causes"][0]
     assert (best["rank"], best["component"]) == (fault["rank"], "gpu")
+
+
+def test_a_rank_in_flight_with_another_size_than_its_peers_completed_is_a_mismatch():
+    """Ranks that completed an op at one size and a rank still in it at another
+    disagree: the completions of a partial op count with the in-flight rows."""
+    allreduce = OP_NAMES.index("allreduce")
+    an = Analyzer("j")
+    ops = np.zeros(1, dtype=_OP_PLUS)
+    ops[["rank", "comm", "seq", "kind", "bytes"]] = (3, 7, 5, allreduce, 2 << 20)
+    an.ctx.store.host("h1").ops = ops
+    done = empty(DONE_OP_COLUMNS, 3)
+    done["rank"], done["comm"], done["seq"] = [0, 1, 2], 7, 5
+    done["kind"], done["bytes"] = allreduce, 1 << 20
+    found = detect_mismatch(an.ctx, 0, done)
+    assert [(a.ranks, a.comms, a.kind) for a in found] == [
+        ((3,), (7,), FaultKind.MISMATCH)
+    ]
+    done["bytes"] = 2 << 20
+    assert detect_mismatch(an.ctx, 0, done) == []
