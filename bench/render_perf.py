@@ -76,7 +76,9 @@ def _ingest_cost(r: dict[str, Any]) -> list[str]:
         "One analyzer fed a healthy simulated job in process (every record "
         f"ingested, evaluate every {r['cadence_ms']} ms of trace), least CPU of "
         f"{r['repeat']} on {r['cpus']} CPUs. Above 1 CPU s per trace s, one core "
-        f"cannot follow the job in real time. Source {r['commit']}.",
+        f"cannot follow the job in real time. Completion batches are only "
+        "queued on arrival; evaluate joins them into collectives and observes "
+        f"those. Source {r['commit']}.",
         "",
         "| ranks | rank-state rows / trace s | completion rows / trace s | "
         "CPU s / trace s | state / completion / evaluate | rank-state rows / CPU s |",
