@@ -19,9 +19,7 @@ import argparse
 import functools
 import logging
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,6 +27,7 @@ from typing import Any, Protocol
 from mycroft.errors import ConfigError, MycroftError, SinkError
 from mycroft.schemas.records import Anomaly, RootCause
 from mycroft.sinks.base import Sink, SinkRecord
+from mycroft.stop_signal import StopSignal
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +89,7 @@ class Forwarder:
         self.source = source
         self.sinks = list(sinks)
         self.stats = ForwarderStats()
-        self.stopping = threading.Event()
+        self.stopping = StopSignal()  # set by SIGTERM: no lock may be taken
         self._commit = commit
         self._backoff = backoff or Backoff()
         self._sleep = sleep or self.stopping.wait
@@ -250,11 +249,9 @@ def _run(args: argparse.Namespace) -> int:
     forwarder = Forwarder(
         consumer, sinks, consumer.commit, backoff=Backoff(attempts=args.retries)
     )
-    stop = forwarder.stopping.set
     # Not restored on return: a late SIGTERM must not kill a run that is
     # flushing or closing (main() is the process's entry point).
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop())
+    forwarder.stopping.install()
     logger.info("forwarding %s, %s to %s", topics.anomaly, topics.rootcause,
                 ", ".join(type(s).__name__ for s in sinks))  # fmt: skip
     code = 0

@@ -8,10 +8,8 @@ import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -23,6 +21,7 @@ from mycroft.producers.agent.metrics import AgentMetrics
 from mycroft.producers.agent.shipper import KafkaTransport, Shipper
 from mycroft.producers.agent.sources import ReplaySource, RingSource, simulate_host
 from mycroft.producers.agent.spool import Spool
+from mycroft.stop_signal import StopSignal
 from mycroft.topics import TopicSet
 
 log = logging.getLogger(__name__)
@@ -155,14 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         server, _thread = start_http_server(
             settings.metrics_port, settings.metrics_addr, registry=registry
         )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("signal %d: flushing and stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = StopSignal()  # a threading.Event here could deadlock its handler
+    stop.install()
     # `kill -USR1 <pid>` writes every thread's stack to stderr (the log): what
     # a daemon that does not stop or stops shipping is doing, without a debugger.
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -9,7 +9,6 @@ Per tick (``interval_ms``): fold new ring records, make one ``StateBatch``
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +32,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.stop_signal import Stopper
 from mycroft.topics import TopicSet
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class Agent:
         )
 
     def run(
-        self, stop: threading.Event, duration_s: float = 0.0, flush_s: float = 10.0
+        self, stop: Stopper, duration_s: float = 0.0, flush_s: float = 10.0
     ) -> dict[str, Any]:
         """Tick until ``stop`` is set (SIGTERM) or ``duration_s`` passed; then flush."""
         period = self.interval_ms / 1e3
@@ -254,6 +254,8 @@ class Agent:
                 self.shipper.pump()
             if wait < -10 * period:  # far behind (suspended): do not burst
                 next_at = time.monotonic()
+        if stop.is_set():
+            log.info("stop requested (%s): flushing and stopping", stop)
         self.tick()  # what was written up to SIGTERM
         left = self.shipper.flush(flush_s)
         self.shipper.spool.close()
