@@ -85,11 +85,12 @@ class Forwarder:
         *,
         backoff: Backoff | None = None,
         sleep: Callable[[float], bool] | None = None,
+        stopping: StopSignal | None = None,
     ) -> None:
         self.source = source
         self.sinks = list(sinks)
         self.stats = ForwarderStats()
-        self.stopping = StopSignal()  # set by SIGTERM: no lock may be taken
+        self.stopping = stopping or StopSignal()  # SIGTERM sets it: no lock
         self._commit = commit
         self._backoff = backoff or Backoff()
         self._sleep = sleep or self.stopping.wait
@@ -224,14 +225,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    # Installed first: a SIGTERM while the consumer and sinks are being set
+    # up stops the run before it forwards anything, instead of killing it.
+    # Not restored on return: a late SIGTERM must not kill a run that is
+    # flushing or closing (main() is the process's entry point).
+    stop = StopSignal()
+    stop.install()
     try:
-        return _run(args)
+        return _run(args, stop)
     except MycroftError as exc:
         logger.error("mycroft sinks run: %s", exc)
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     from mycroft.kafka_client import DecodingConsumer  # noqa: PLC0415 (keeps --help fast)
     from mycroft.topics import TopicSet  # noqa: PLC0415
 
@@ -247,11 +254,9 @@ def _run(args: argparse.Namespace) -> int:
     )  # fmt: skip
 
     forwarder = Forwarder(
-        consumer, sinks, consumer.commit, backoff=Backoff(attempts=args.retries)
-    )
-    # Not restored on return: a late SIGTERM must not kill a run that is
-    # flushing or closing (main() is the process's entry point).
-    forwarder.stopping.install()
+        consumer, sinks, consumer.commit,
+        backoff=Backoff(attempts=args.retries), stopping=stop,
+    )  # fmt: skip
     logger.info("forwarding %s, %s to %s", topics.anomaly, topics.rootcause,
                 ", ".join(type(s).__name__ for s in sinks))  # fmt: skip
     code = 0

@@ -61,9 +61,7 @@ def _stop(proc: subprocess.Popen[bytes], log: Path) -> None:
         raise
     text = log.read_text()
     assert text.count("INFO __main__: stopped:") == text.count("forwarding "), text
-    # OPEN ISSUE: after a graceful stop (logged above) the process sometimes
-    # still ends by the signal it handled (-15; -2 for SIGINT); cause unknown.
-    assert code in (0, -signal.SIGTERM), text
+    assert code == 0, text
 
 
 def _wait_latest(url: str, index: str, want: dict[str, int], log: Path) -> list[Any]:
@@ -114,12 +112,16 @@ def test_one_document_per_incident_after_revisions(
     ] == ["a-1"]
 
     # A new group re-reads every record: the documents stay as they are.
+    # (The log is shared: only what the second service writes counts.)
+    start = len(log.read_text())
     proc = _service([*args, "--group", f"{name}.g2"], log)
     try:
         deadline = time.monotonic() + 30
-        while "(total 6)" not in log.read_text() and time.monotonic() < deadline:
+        while "(total 6)" not in log.read_text()[start:]:
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.3)
     finally:
         _stop(proc, log)
-    assert "(total 6)" in log.read_text()
+    assert "(total 6)" in log.read_text()[start:]
     _wait_latest(opensearch_url, index, {"i-1": 1, "i-2": 1}, log)
