@@ -24,6 +24,7 @@ from mycroft.producers import ring_layout as L
 from mycroft.producers.ring import RingWriter
 from mycroft.schemas.records import CompletionBatch, Heartbeat, Record, StateBatch
 from mycroft.topics import TopicSet
+from tests.agent_process import stop_agent
 
 pytestmark = pytest.mark.integration
 COMM = 0xA11CE
@@ -91,11 +92,6 @@ def start_agent(
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     log.close()
     return proc
-
-
-def stop_agent(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
-    proc.send_signal(sig)
-    return proc.wait(timeout=30)
 
 
 def consume_all(
@@ -170,7 +166,7 @@ def test_broker_outage_loses_nothing_and_dedup_key_removes_duplicates(
     time.sleep(4)
     total = writer.finish()
     time.sleep(1)
-    assert stop_agent(agent) == 0
+    assert stop_agent(agent, workdir / "agent.log") == 0
     records = consume_all(bootstrap, prefix, unique_name("g"))
     raw, dedup, _dups = completed_ops(records)
     assert set(dedup) == set(range(total)), "every op completion arrived"
@@ -194,7 +190,7 @@ def test_replayed_duplicates_carry_the_same_dedup_key(
     writer.start()
     agent = start_agent(workdir, kafka_bootstrap, prefix)
     time.sleep(3)
-    stop_agent(agent, signal.SIGKILL)  # kill -9
+    stop_agent(agent, workdir / "agent.log", signal.SIGKILL)  # kill -9
     time.sleep(1.5)
     # Make the restart replay *everything* still in the spool: forget the ack cursor.
     (workdir / "spool" / "cursor.json").unlink(missing_ok=True)
@@ -202,7 +198,7 @@ def test_replayed_duplicates_carry_the_same_dedup_key(
     time.sleep(3)
     total = writer.finish()
     time.sleep(1)
-    assert stop_agent(agent) == 0
+    assert stop_agent(agent, workdir / "agent.log") == 0
     records = consume_all(kafka_bootstrap, prefix, unique_name("g"))
     raw, dedup, dups = completed_ops(records)
     assert dups > 0, "the replay produced duplicates"

@@ -7,7 +7,6 @@ through the opt-in hook, and a reader of the root-cause topic.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from mycroft.schemas.records import RootCause
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.faust_topics import ensure_topics
 from mycroft.topics import TopicSet
+from tests.agent_process import stop_agent
 from tests.integration.test_streams_e2e import WorkerProc
 from tests.unit.torch import harness
 
@@ -121,21 +121,6 @@ def run_live(
     finally:
         stop_agent(agent, tmp / "agent.log")
     return found
-
-
-def stop_agent(agent: subprocess.Popen[bytes], log: Path) -> None:
-    """SIGTERM the agent; one still running 20 s later writes its stacks to
-    ``log`` (SIGUSR1), is killed, and fails the test."""
-    agent.send_signal(signal.SIGTERM)
-    try:
-        agent.wait(20)
-    except subprocess.TimeoutExpired:
-        agent.send_signal(signal.SIGUSR1)
-        time.sleep(1.0)
-        agent.kill()
-        agent.wait(10)
-        msg = f"the agent did not stop within 20 s of SIGTERM; stacks in {log}"
-        raise AssertionError(msg) from None
 
 
 def summary(found: list[RootCause]) -> list[tuple[str, list[tuple[int, str, float]]]]:
