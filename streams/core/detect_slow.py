@@ -21,6 +21,7 @@ from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_bucket
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext, new_anomaly
+from mycroft.streams.core.rows import stack_rows
 
 FlowGaps = dict[int, tuple[float, float]]
 """``rank -> (median G-T, median T-D)`` of one op's cross-host sends (chunks)."""
@@ -251,19 +252,35 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
                 parts.append(rows)
     if not parts:
         return {}
-    rows = np.concatenate(parts)
-    out: FlowGaps = {}
-    for rank in np.unique(rows["rank"]).tolist():
-        f = rows[rows["rank"] == rank]
-        away = np.array(
-            [topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]
-        )
-        f = f[away]
-        if len(f):
-            gt = np.median(f["gpu_ready"] - f["transmitted"])
-            td = np.median(f["transmitted"] - f["done"])
-            out[rank] = (float(gt), float(td))
-    return out
+    rows = stack_rows(parts)
+    rank, peer = rows["rank"], rows["peer"]
+    ids = np.unique(np.concatenate([rank, peer]))
+    codes: dict[str, int] = {}
+    host = np.array(
+        [codes.setdefault(topo.host_of(x), len(codes)) for x in ids.tolist()]
+    )
+    away = host[np.searchsorted(ids, rank)] != host[np.searchsorted(ids, peer)]
+    rows = rows[away]
+    if not len(rows):
+        return {}
+    ranks, gt = group_medians(rows["rank"], rows["gpu_ready"] - rows["transmitted"])
+    _, td = group_medians(rows["rank"], rows["transmitted"] - rows["done"])
+    return dict(
+        zip(ranks.tolist(), zip(gt.tolist(), td.tolist(), strict=True), strict=True)
+    )
+
+
+def group_medians(
+    keys: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the distinct ``keys`` (ascending) and ``np.median`` of the
+    ``values`` of each, all groups in one sort."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order].astype(np.float64)
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    n = np.diff(np.r_[starts, len(k)])
+    out: np.ndarray = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
+    return k[starts], out
 
 
 def observe_flow_lag(

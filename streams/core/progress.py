@@ -302,12 +302,12 @@ class ProgressStore:
     def in_flight_ops(self) -> np.ndarray:
         """Return the latest in-flight op rows of every host (``_OP_PLUS``)."""
         parts = [h.ops for h in self.hosts.values() if len(h.ops)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=_OP_PLUS)
+        return stack_rows(parts) if parts else np.zeros(0, dtype=_OP_PLUS)
 
     def latest_flows(self) -> np.ndarray:
         """Return the latest flow rows of every host (``FLAT_FLOW``)."""
         parts = [h.flows for h in self.hosts.values() if len(h.flows)]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=FLAT_FLOW)
+        return stack_rows(parts) if parts else np.zeros(0, dtype=FLAT_FLOW)
 
     def flow_history(self, since_ns: int) -> np.ndarray:
         """Return every kept flow snapshot with ``tick_ns >= since_ns``."""

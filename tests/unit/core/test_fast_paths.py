@@ -39,7 +39,11 @@ from mycroft.streams.core.detect import (
     comm_last_progress,
     lost_ranks,
 )
-from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
+from mycroft.streams.core.detect_slow import (
+    GAP_CLOCK_SLACK_NS,
+    group_medians,
+    op_flow_gaps,
+)
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
@@ -515,3 +519,13 @@ def test_lost_ranks_match_a_loop_over_slots(silent_host: bool) -> None:
         found |= {how for how, _ in got.values()}
     assert ("host" in found) == silent_host
     assert found & {"rows", "seen"}  # the crashed process
+
+
+def test_group_medians_are_numpy_medians_per_key() -> None:
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 9, 400).astype(np.int32)
+    values = rng.integers(-50, 50, 400).astype(np.int32)
+    got_keys, got = group_medians(keys, values)
+    assert got_keys.tolist() == sorted(set(keys.tolist()))
+    want = [float(np.median(values[keys == k])) for k in got_keys.tolist()]
+    assert got.tolist() == want
