@@ -87,6 +87,8 @@ class HostState:
     ops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=_OP_PLUS))
     flows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=FLAT_FLOW))
     history: deque[np.ndarray] = field(default_factory=deque)
+    rc_rows: bytes = b""  # (rank, comm) columns of the last state batch
+    rc_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
     sends: deque[tuple[int, dict[tuple[int, int], np.ndarray]]] = field(
         default_factory=deque
     )  # per ``history`` entry: (tick, started_sends of it)
@@ -242,8 +244,13 @@ class ProgressStore:
         self._touch_host(hs, tick, now_ns)
         rc = batch.rc
         if len(rc):
-            idx = self._slot_index(rc["rank"], rc["comm"])
-            self._fold_rc(idx, rc, tick, hs.index)
+            # A host reports the same (rank, comm) rows tick after tick, and
+            # slots are only ever appended: its last lookup usually holds.
+            rows = rc["rank"].tobytes() + rc["comm"].tobytes()
+            if rows != hs.rc_rows:
+                hs.rc_rows = rows
+                hs.rc_slots = self._slot_index(rc["rank"], rc["comm"])
+            self._fold_rc(hs.rc_slots, rc, tick, hs.index)
         ops, flat = flatten_flows(batch)
         ops["host"] = hs.index
         if tick >= hs.last_tick_ns or not hs.batches:
