@@ -218,8 +218,9 @@ class CompletionTracker:
             new_key = new_key[first]
         starts = np.flatnonzero(new_key)
         count = np.diff(np.r_[starts, len(rows)])
-        lookup = {c: members.get(c, 0) for c in set(comm[starts].tolist())}
-        need = np.array([lookup[c] for c in comm[starts].tolist()], np.int64)
+        comms, of_op = np.unique(comm[starts], return_inverse=True)
+        sizes = [members.get(c, 0) for c in comms.tolist()]
+        need = np.array(sizes, np.int64)[of_op.ravel()]
         done = (need > 0) & (count >= need)
         done_rows = np.repeat(done, count)
         keep = ~done_rows
