@@ -83,7 +83,9 @@ def _campaign(r: dict[str, Any]) -> list[str]:
         lines += ["", *_healthy_line(part)]
         t = part.get("timing", {})
         lines += [
-            f"Analyzer `evaluate()` per 100 ms round (since 085d52a it also joins the completions queued since the last round): p50 {t.get('evaluate_ms_p50')} "
+            "Analyzer `evaluate()` per 100 ms round (since 085d52a it also "
+            "joins the completions queued since the last round): p50 "
+            f"{t.get('evaluate_ms_p50')} "
             f"ms, max {t.get('evaluate_ms_max')} ms; one run (simulate + analyze) "
             f"p50 {t.get('run_wall_s_p50')} s wall; part took {part['wall_s']} s "
             f"on {part.get('workers', r.get('machine', {}).get('workers'))} worker(s).",
