@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.rows import run_starts
 
 MAD_TO_SIGMA = 1.4826
 WARM_SAMPLES = 3
@@ -175,7 +176,7 @@ class BaselineColumns:
             return out
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
-        first = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+        first = np.flatnonzero(run_starts(sorted_rows))
         turn = np.empty(n, np.int64)
         turn[order] = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
         by_turn = np.argsort(turn, kind="stable")

@@ -12,7 +12,7 @@ import numpy as np
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES
-from mycroft.streams.core.rows import stack_rows
+from mycroft.streams.core.rows import run_starts, stack_rows
 
 _SEND, _RECV = OP_NAMES.index("send"), OP_NAMES.index("recv")
 
@@ -210,8 +210,8 @@ class CompletionTracker:
         rows = rows[order]
         at, batch, comm, seq = (a[order] for a in (at, batch, comm, seq))
         rank = rows["rank"]
-        new_key = np.r_[True, (comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])]
-        first = new_key | np.r_[True, rank[1:] != rank[:-1]]
+        new_key = run_starts(comm, seq)
+        first = run_starts(comm, seq, rank)
         if not first.all():  # a rank reported an op twice: keep its first row
             rows = rows[first]
             at, batch, comm, seq = (a[first] for a in (at, batch, comm, seq))
@@ -318,7 +318,7 @@ class CompletionTracker:
         key = (code[inv.ravel()].astype(np.int64) << 32) | rank.astype(np.int64)
         order = np.lexsort((seq, key))
         k, t = key[order], issue[order]
-        run = np.r_[True, k[1:] != k[:-1]]
+        run = run_starts(k)
         prev = np.empty(len(k), np.int64)
         prev[1:] = t[:-1]
         known, at = self._find_prev(k[run])
@@ -349,9 +349,7 @@ class CompletionTracker:
         if rows is None or not len(rows):
             return
         comm, seq = rows["comm"], rows["seq"]
-        starts = np.flatnonzero(
-            np.r_[True, (comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])]
-        )
+        starts = np.flatnonzero(run_starts(comm, seq))
         count = np.diff(np.r_[starts, len(rows)])
         old = now_ns - np.minimum.reduceat(self._at, starts) > timeout_ns
         if old.any():

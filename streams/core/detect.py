@@ -23,6 +23,7 @@ from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rows import run_starts
 from mycroft.streams.core.topology import JobTopology
 
 
@@ -90,7 +91,7 @@ def comm_last_progress(store: ProgressStore) -> dict[int, tuple[int, int, bool]]
     # mask per comm: a 1,024-rank job has hundreds of comms.
     order = np.argsort(s["comm"], kind="stable")
     comm_sorted = s["comm"][order]
-    first = np.flatnonzero(np.r_[True, comm_sorted[1:] != comm_sorted[:-1]])
+    first = np.flatnonzero(run_starts(comm_sorted))
     comms = comm_sorted[first]
     issued, done = s["issued"][order], s["done"][order]
     last = np.maximum.reduceat(prog[order], first)
@@ -253,8 +254,8 @@ def detect_mismatch(
         return []
     order = np.lexsort((rank, size, kind, seq, comm))
     comm, seq, kind, size, rank = (a[order] for a in (comm, seq, kind, size, rank))
-    new_key = np.r_[True, (comm[1:] != comm[:-1]) | (seq[1:] != seq[:-1])]
-    new_sig = new_key | np.r_[True, (kind[1:] != kind[:-1]) | (size[1:] != size[:-1])]
+    new_key = run_starts(comm, seq)
+    new_sig = run_starts(comm, seq, kind, size)
     key_of = np.cumsum(new_key) - 1
     sigs_per_key = np.bincount(key_of[new_sig], minlength=int(key_of[-1]) + 1)
     odd_rows = np.flatnonzero(sigs_per_key[key_of] > 1)

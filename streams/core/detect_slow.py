@@ -21,7 +21,7 @@ from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_bucket
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext, new_anomaly
-from mycroft.streams.core.rows import stack_rows
+from mycroft.streams.core.rows import run_starts, stack_rows
 
 FlowGaps = dict[int, tuple[float, float]]
 """``rank -> (median G-T, median T-D)`` of one op's cross-host sends (chunks)."""
@@ -179,7 +179,7 @@ def _observe_late(
     are made once per distinct pair (a block holds ~10 samples per pair)."""
     order = np.lexsort((m.rank, m.comm))
     comm, rank = m.comm[order], m.rank[order]
-    new = np.r_[True, (comm[1:] != comm[:-1]) | (rank[1:] != rank[:-1])]
+    new = run_starts(comm, rank)
     pair = np.empty(len(order), np.int64)
     pair[order] = np.cumsum(new) - 1
     keys = zip(comm[new].tolist(), rank[new].tolist(), strict=True)
@@ -277,7 +277,7 @@ def group_medians(
     ``values`` of each, all groups in one sort."""
     order = np.lexsort((values, keys))
     k, v = keys[order], values[order].astype(np.float64)
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    starts = np.flatnonzero(run_starts(k))
     n = np.diff(np.r_[starts, len(k)])
     out: np.ndarray = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
     return k[starts], out

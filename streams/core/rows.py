@@ -16,3 +16,14 @@ def stack_rows(parts: list[np.ndarray]) -> np.ndarray:
         out[at : at + len(p)] = p
         at += len(p)
     return out
+
+
+def run_starts(*cols: np.ndarray) -> np.ndarray:
+    """Return a mask of the rows of sorted ``cols`` where a run of equal keys
+    starts: the first row, and every row where any column changes."""
+    out = np.zeros(len(cols[0]), bool)
+    if len(out):
+        out[0] = True
+        for c in cols:
+            out[1:] |= c[1:] != c[:-1]
+    return out
