@@ -28,7 +28,7 @@ from mycroft.schemas.records import (
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 5  # 5: completions joined a block at a time
+SNAPSHOT_VERSION = 6  # 6: lateness baselines indexed by (comm, rank) number
 MAX_ANOMALY_IDS = 2048
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
-from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_bucket
+from mycroft.streams.core.baseline import RobustBaseline, Verdict
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext, new_anomaly
@@ -67,19 +67,21 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     cfg, fam = ctx.cfg, ctx.book.families
     stats = [d[0] for d in done]
     m = _metrics(stats)
-    op_keys = [(s.comm, s.kind, size_bucket(s.nbytes)) for s in stats]
+    n = len(stats)
+    comm = np.fromiter((s.comm for s in stats), np.uint64, n)
+    kind = np.fromiter((s.kind for s in stats), np.int64, n)
+    bucket = size_buckets(np.fromiter((s.nbytes for s in stats), np.int64, n))
     op_floor = cfg.slow_abs_floor_s * 1e9
     span, xfer = (
-        _observe(fam[name], [(*k, name) for k in op_keys], v, op_floor, ctx)
+        _observe(fam[name], (comm, kind, bucket), name, v, op_floor, ctx)
         for name, v in (("span", m.span), ("xfer", m.xfer))
     )
     floors = np.maximum(cfg.late_floor_s * 1e9, 0.5 * span.median_before)
     late = _observe_late(fam["late"], m, np.repeat(floors, m.size), ctx)
-    late_fired = np.zeros(len(stats), bool)
+    late_fired = np.zeros(n, bool)
     np.logical_or.at(late_fired, m.op, late.fired)
     quiet = np.flatnonzero(~(span.fired | xfer.fired | late_fired))
-    any_keys = [(stats[i].comm, "span_any") for i in quiet.tolist()]
-    _observe(fam["span_any"], any_keys, m.queued[quiet], 1e18, ctx)
+    _observe(fam["span_any"], (comm[quiet],), "span_any", m.queued[quiet], 1e18, ctx)
     return _report(ctx, done, m, {"span": span, "xfer": xfer, "late": late})
 
 
@@ -95,8 +97,13 @@ def _report(
     late_by_op: dict[int, list[int]] = {}
     for j in np.flatnonzero(late.fired).tolist():
         late_by_op.setdefault(int(m.op[j]), []).append(j)
+    busy = seen["span"].fired | seen["xfer"].fired
+    busy[list(late_by_op)] = True
+    # Most ops fire nothing and no snapshot caught their flows in flight.
+    some = {i for i, d in enumerate(done) if d[2]}.union(np.flatnonzero(busy).tolist())
     out: list[Anomaly] = []
-    for i, (stat, now_ns, gaps) in enumerate(done):
+    for i in sorted(some):
+        stat, now_ns, gaps = done[i]
         for metric, value in (("span", m.span[i]), ("xfer", m.xfer[i])):
             if seen[metric].fired[i]:
                 median = float(seen[metric].median_after[i])
@@ -130,44 +137,63 @@ class _Metrics:
 
 
 def _metrics(stats: list[CollectiveStat]) -> _Metrics:
-    """Compute every op's span, xfer, queued span and every member's lateness,
-    one matrix per member count (the arithmetic of ``CollectiveStat``)."""
-    sizes = np.array([len(s.ranks) for s in stats], np.int64)
-    first = np.r_[0, np.cumsum(sizes)]
-    m = _Metrics(len(stats), int(first[-1]))
+    """Compute every op's span, xfer, queued span and every member's lateness
+    over the members of all ops at once (the arithmetic of ``CollectiveStat``;
+    every op has a member)."""
+    sizes = np.fromiter((len(s.ranks) for s in stats), np.int64, len(stats))
+    m = _Metrics(len(stats), int(sizes.sum()))
+    if not len(stats):
+        return m
     m.size = sizes
-    by_size: dict[int, list[int]] = {}
-    for i, n in enumerate(sizes.tolist()):
-        by_size.setdefault(n, []).append(i)
-    for n, idx in by_size.items():
-        ops = [stats[i] for i in idx]
-        issue = np.stack([s.issue_ns for s in ops])
-        start = np.stack([s.start_ns for s in ops])
-        end = np.stack([s.end_ns for s in ops])
-        begin = np.where(start > 0, start, issue)
-        last_end = end.max(axis=1)
-        m.span[idx] = last_end - begin.min(axis=1)
-        m.xfer[idx] = (end - begin).min(axis=1)
-        m.queued[idx] = last_end - issue.min(axis=1)
-        at = (first[idx][:, None] + np.arange(n)).ravel()
-        m.op[at] = np.repeat(idx, n)
-        m.comm[at] = np.repeat(np.array([s.comm for s in ops], np.uint64), n)
-        m.rank[at] = np.concatenate([s.ranks for s in ops])
-        m.late[at] = (begin - np.median(begin, axis=1)[:, None]).ravel()
+    at = np.r_[0, np.cumsum(sizes)[:-1]]
+    issue = np.concatenate([s.issue_ns for s in stats])
+    start = np.concatenate([s.start_ns for s in stats])
+    end = np.concatenate([s.end_ns for s in stats])
+    begin = np.where(start > 0, start, issue)
+    last_end = np.maximum.reduceat(end, at)
+    m.span[:] = last_end - np.minimum.reduceat(begin, at)
+    m.xfer[:] = np.minimum.reduceat(end - begin, at)
+    m.queued[:] = last_end - np.minimum.reduceat(issue, at)
+    m.op = np.repeat(np.arange(len(stats)), sizes)
+    m.comm = np.repeat(np.fromiter((s.comm for s in stats), np.uint64), sizes)
+    m.rank = np.concatenate([s.ranks for s in stats]).astype(np.int64)
+    m.late = begin - group_medians(m.op, begin)[1][m.op]
     return m
 
 
-def _observe(
+def size_buckets(nbytes: np.ndarray) -> np.ndarray:
+    """``size_bucket`` of each message size: its bit length, exact for every
+    int64 (the powers of two at or below ``|n|``)."""
+    powers = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+    magnitude = np.abs(nbytes.astype(np.int64)).astype(np.uint64)
+    out: np.ndarray = np.searchsorted(powers, magnitude, side="right")
+    return out
+
+
+def _observe(  # noqa: PLR0913, PLR0917 - private helper of one module
     columns: BaselineColumns,
-    keys: Sequence[tuple[object, ...]],
+    keys: tuple[np.ndarray, ...],
+    name: str,
     values: np.ndarray,
     floors: float | np.ndarray,
     ctx: DetectContext,
 ) -> Observed:
-    """Observe ``values`` under ``keys`` (one per value) in one block."""
-    index: dict[tuple[object, ...], int] = {}
-    inverse = np.array([index.setdefault(k, len(index)) for k in keys], np.int64)
-    rows = columns.row_of(list(index))[inverse] if len(keys) else inverse
+    """Observe ``values`` under the keys ``(*keys[:, i], name)``, one per
+    value, in one block; new keys get rows in order of first appearance."""
+    n = len(values)
+    group = np.zeros(n, np.int64)
+    rows = group
+    if n:
+        order = np.lexsort(keys[::-1])
+        new = run_starts(*(k[order] for k in keys))
+        group[order] = np.cumsum(new) - 1
+        first = order[new]  # lexsort is stable: a group's first appearance
+        seen = np.argsort(first)
+        cols = [k[first[seen]].tolist() for k in keys]
+        found = columns.row_of([(*k, name) for k in zip(*cols, strict=True)])
+        row_of_group = np.empty(len(seen), np.int64)
+        row_of_group[seen] = found
+        rows = row_of_group[group]
     floor = np.broadcast_to(np.asarray(floors, np.float64), values.shape)
     return columns.observe(rows, values.astype(np.float64), floor, ctx.cfg)
 
@@ -175,15 +201,13 @@ def _observe(
 def _observe_late(
     columns: BaselineColumns, m: _Metrics, floors: np.ndarray, ctx: DetectContext
 ) -> Observed:
-    """Observe every member's lateness under its (comm, rank) key; the keys
-    are made once per distinct pair (a block holds ~10 samples per pair)."""
+    """Observe every member's lateness under its (comm, rank) key."""
     order = np.lexsort((m.rank, m.comm))
     comm, rank = m.comm[order], m.rank[order]
     new = run_starts(comm, rank)
     pair = np.empty(len(order), np.int64)
     pair[order] = np.cumsum(new) - 1
-    keys = zip(comm[new].tolist(), rank[new].tolist(), strict=True)
-    rows = columns.row_of([(c, r, "late") for c, r in keys])[pair]
+    rows = columns.rows_of_pairs(comm[new], rank[new], "late")[pair]
     return columns.observe(rows, m.late, floors, ctx.cfg)
 
 

@@ -169,10 +169,13 @@ class Analyzer:
     def _join(self) -> None:
         """Join the queued completions; queue the collectives they complete."""
         done = self.tracker.join(self.ctx.topo.comm_sizes())
-        gaps = block_flow_gaps(self.ctx, [stat for stat, _ in done])
-        for (stat, now_ns), op_gaps in zip(done, gaps, strict=True):
-            self.stats.append(stat)
-            self._unobserved.append((stat, now_ns, op_gaps))
+        stats = [stat for stat, _ in done]
+        gaps = block_flow_gaps(self.ctx, stats)
+        self.stats.extend(stats)
+        self._unobserved += [
+            (stat, now_ns, op_gaps)
+            for (stat, now_ns), op_gaps in zip(done, gaps, strict=True)
+        ]
         if len(self._unobserved) >= _OBSERVE_BLOCK:
             self._observe()
 

@@ -31,6 +31,7 @@ from mycroft.streams.core.detect_slow import (
     _slow_anomaly,
     observe_collectives,
     observe_flow_lag,
+    size_buckets,
 )
 
 RULES = [
@@ -235,3 +236,27 @@ def test_a_family_key_has_no_scalar_baseline() -> None:
     with pytest.raises(TypeError, match="column family"):
         book.get_scalar((1, 2, "late"))
     assert isinstance(book.get_scalar(("flow", "dp", "td")), RobustBaseline)
+
+
+def test_size_buckets_are_bit_lengths() -> None:
+    sizes = [0, 1, 2, 3, 4, 1023, 1024, 1025, (1 << 40) - 1, 1 << 40, (1 << 63) - 1]
+    sizes += [-1, -1024]
+    got = size_buckets(np.array(sizes, np.int64)).tolist()
+    assert got == [size_bucket(n) for n in sizes]
+
+
+def test_pair_rows_by_number_are_the_tuple_rows() -> None:
+    rng = np.random.default_rng(3)
+    by_number, by_tuple = BaselineColumns(4, RULES[0]), BaselineColumns(4, RULES[0])
+    for _ in range(6):  # blocks of distinct pairs, some seen before, some new
+        comm = rng.choice(np.array([7, 1 << 63, (1 << 64) - 1, 42], np.uint64), 30)
+        rank = rng.integers(0, 50, 30)
+        pairs = sorted(set(zip(comm.tolist(), rank.tolist(), strict=True)))
+        a = np.array([p[0] for p in pairs], np.uint64)
+        b = np.array([p[1] for p in pairs], np.int64)
+        got = by_number.rows_of_pairs(a, b, "late")
+        assert got.tolist() == by_tuple.row_of([(*p, "late") for p in pairs]).tolist()
+    assert by_number.rows == by_tuple.rows
+    # A rank outside [0, 2**32) takes the tuple path and gets the same row.
+    (row,) = by_number.rows_of_pairs(np.array([7], np.uint64), np.array([-1]), "late")
+    assert by_number.rows[(7, -1, "late")] == row

@@ -273,12 +273,17 @@ def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) ->
     st = list(fed.stats)[-1]
     _ = st.begin_ns  # a cached property is not part of the snapshot
     copy = pickle.loads(pickle.dumps(st))
-    assert "begin_ns" not in copy.__dict__
+    assert copy._begin is None  # noqa: SLF001 - the cache, not the data
     assert (copy.comm, copy.seq, copy.kind, copy.nbytes) == (
         st.comm,
         st.seq,
         st.kind,
         st.nbytes,
+    )
+    assert (copy.first_issue_ns, copy.last_end_ns, copy.span_ns) == (
+        st.first_issue_ns,
+        st.last_end_ns,
+        st.span_ns,
     )
     for name in ("ranks", "issue_ns", "start_ns", "end_ns", "prev_issue_ns"):
         assert getattr(copy, name).dtype == getattr(st, name).dtype
@@ -306,6 +311,17 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
     assert recent.newest_ns() == 1010 * MS
     recent.keep_since(1009 * MS)
     assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
+
+
+def test_extend_keeps_what_appending_one_by_one_keeps() -> None:
+    ops = [_op(1 + seq % 3, seq, 10 + seq) for seq in range(40)]
+    one, block = RecentStats(per_comm=5), RecentStats(per_comm=5)
+    for op in ops:
+        one.append(op)
+    block.extend(ops[:17])
+    block.extend(ops[17:])
+    assert [(s.comm, s.seq) for s in block] == [(s.comm, s.seq) for s in one]
+    assert len(block) == 15
 
 
 def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> Lateness:
