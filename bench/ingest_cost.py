@@ -11,7 +11,7 @@ rows per CPU second. A CPU-per-trace-second
 above 1 means one core cannot follow the job in real time (the two stages of
 streams/SCALING.md split it). Writes ``bench/results/ingest_cost.json``::
 
-    python bench/ingest_cost.py [--sizes 64,1024] [--seconds 6] [--repeat 2]
+    python bench/ingest_cost.py [--sizes 64,1024] [--seconds 6] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main() -> int:
     )
     p.add_argument("--sizes", default="64,1024")
     p.add_argument("--seconds", type=float, default=6.0)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
     rows = []
