@@ -33,7 +33,7 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
-from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.schemas.vocab import RECV, Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
 from mycroft.streams.core.completions import CollectiveStat, small_median
 from mycroft.streams.core.detect import DetectContext
@@ -46,7 +46,9 @@ K = TypeVar("K")
 
 
 def _waited_on_transfers(
-    flows: list[FlowFeatures], stats: Sequence[CollectiveStat]
+    flows: list[FlowFeatures],
+    stats: Sequence[CollectiveStat],
+    hist: np.ndarray | None = None,
 ) -> dict[int, str]:
     """Receivers that had issued an op before its inbound transfer froze.
 
@@ -63,21 +65,41 @@ def _waited_on_transfers(
     waited, but only behind a freeze of ``FREEZE_NS`` or more that began
     while it was already there, which a GPU a few ms slow per op does not
     cause.
+
+    An op not among ``stats`` is still in flight, or one end's completions
+    have not arrived yet (live, hosts report in any order, and the frozen
+    sender's own completion comes last). Its receiver's arrival is then the
+    first snapshot in ``hist`` (``FLAT_FLOW``) holding its receive flow of
+    the op: a tick at or after the enqueue.
     """
     frozen = [f for f in flows if f.freeze_seq >= 0 and f.rank != f.peer]
     if not frozen:
         return {}
     wanted = {(f.comm, f.freeze_seq) for f in frozen}
     ops = {(st.comm, st.seq): st for st in stats if (st.comm, st.seq) in wanted}
+    recv = hist[hist["dir"] == RECV] if hist is not None else None
     out: dict[int, str] = {}
     for f in sorted(frozen, key=lambda f: -f.longest_freeze_ns):
+        if f.peer in out:
+            continue
         st = ops.get((f.comm, f.freeze_seq))
-        if st is None or f.peer in out:
+        if st is not None:
+            at = np.flatnonzero(st.ranks == f.peer)
+            if not len(at):
+                continue
+            issued = int(st.issue_ns[at[0]])
+        elif recv is not None:
+            seen = recv["tick_ns"][
+                (recv["rank"] == f.peer)
+                & (recv["peer"] == f.rank)
+                & (recv["comm"] == np.uint64(f.comm))
+                & (recv["seq"] == f.freeze_seq)
+            ]
+            if not len(seen):
+                continue
+            issued = int(seen.min())
+        else:
             continue
-        at = np.flatnonzero(st.ranks == f.peer)
-        if not len(at):
-            continue
-        issued = int(st.issue_ns[at[0]])
         if issued <= f.freeze_start_ns + f.longest_freeze_ns // 2:
             out[f.peer] = (
                 f"had issued op {f.freeze_seq} before the transfer from rank "
@@ -223,12 +245,13 @@ def explain_slowdown(
     """
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
-    flows = flow_features(ctx.store.flow_history(since_ns))
+    hist = ctx.store.flow_history(since_ns)
+    flows = flow_features(hist)
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     score_port_events(ctx, suspects, since_ns)
     late, end_lag, early, worst, ops = _late_scores(ctx, stats)
-    waited = _waited_on_transfers(flows, stats)
+    waited = _waited_on_transfers(flows, stats, hist)
     early |= set(waited)
     evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
     span = float(np.median([s.span_ns for s in stats])) if stats else 0.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
-from mycroft.schemas.vocab import SEND, Component
+from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import observe_collective, role_gap_baseline
@@ -315,3 +315,29 @@ def test_a_receiver_there_before_the_transfer_froze_waited():
     assert not _waited_on_transfers([frozen], [_p2p(6, 9_990 * MS, 9_950 * MS)])
     moving = FlowFeatures(4, 8, 0, 77, 64.0, 0.5, 0, 0, 7.0, 0.0, True)
     assert not _waited_on_transfers([moving], [_p2p(5, 9_990 * MS, 9_950 * MS)])
+
+
+def _recv_rows(ticks_ms: list[int], seq: int = 5) -> np.ndarray:
+    """Snapshots of rank 8's receive flow of op ``seq`` from rank 4."""
+    rows = np.zeros(len(ticks_ms), dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.asarray(ticks_ms, np.int64) * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["seq"] = 8, 4, 77, seq
+    rows["dir"], rows["total"] = RECV, 64
+    return rows
+
+
+def test_a_receiver_waits_on_a_transfer_not_completed_yet():
+    """Live, the frozen op may not be joined when root cause runs (the
+    sender's completion comes last): the receiver's arrival is then the
+    first snapshot holding its receive flow of the op."""
+    frozen = FlowFeatures(
+        4, 8, 0, 77, 64.0, 0.5, 1, 800 * MS, 7.0, 0.0, True, 5, 10_000 * MS
+    )
+    there = _recv_rows([9_900, 10_000, 10_100])
+    assert set(_waited_on_transfers([frozen], [], there)) == {8}
+    assert not _waited_on_transfers([frozen], [], _recv_rows([10_500, 10_600]))
+    assert not _waited_on_transfers([frozen], [], _recv_rows([9_900], seq=6))
+    assert not _waited_on_transfers([frozen], [])  # no snapshots: no verdict
+    # A joined op is read from its completion, not from the snapshots.
+    late = [_p2p(5, 9_990 * MS, 10_500 * MS)]
+    assert not _waited_on_transfers([frozen], late, there)

@@ -14,8 +14,15 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
+from mycroft.producers.tracefile import ListWriter
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
-from mycroft.schemas.records import Anomaly, Culprit, RootCause
+from mycroft.schemas.records import (
+    Anomaly,
+    CompletionBatch,
+    Culprit,
+    RootCause,
+    StateBatch,
+)
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component, FaultKind
 from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
@@ -358,3 +365,43 @@ def test_a_rank_in_flight_with_another_size_than_its_peers_completed_is_a_mismat
     ]
     done["bytes"] = 2 << 20
     assert detect_mismatch(an.ctx, 0, done) == []
+
+
+def test_a_receiver_is_not_blamed_while_the_frozen_senders_completions_lag():
+    """Hosts report in any order. A send proxy that froze delays its own
+    host's completions most, so when the slowdown fires the frozen transfer
+    may not be joined yet while the receiver's late arrival elsewhere is:
+    the receiver waited (its receive flow was in flight before the freeze),
+    and the sender's frozen flow names the culprit."""
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=20.0, seed=7, job_id="lag")
+    out = ListWriter()
+    (fault,) = simulate(cfg, [parse_spec("proxy-delay")], out).faults
+    host = next(
+        r.header.host
+        for _, r in out.records
+        if isinstance(r, StateBatch) and fault.rank in r.rc["rank"]
+    )
+    late = [
+        (
+            ts
+            + (
+                500 * MS
+                if isinstance(r, CompletionBatch) and r.header.host == host
+                else 0
+            ),
+            i,
+            r,
+        )
+        for i, (ts, r) in enumerate(out.records)
+    ]
+    late.sort(key=lambda x: x[:2])
+    an, tick, first = Analyzer(cfg.job_id), late[0][0], None
+    for ts, _, rec in late:
+        while first is None and tick <= ts:
+            found = [f for f in an.evaluate(tick) if isinstance(f, RootCause)]
+            first = found[0] if found else None
+            tick += 200 * MS
+        an.ingest(rec, ts)
+    assert first is not None
+    top = first.culprits[0]
+    assert (top.rank, top.component) == (fault.rank, Component.PROXY), first.culprits
