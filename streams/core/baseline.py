@@ -290,3 +290,12 @@ class BaselineBook:
 def size_bucket(nbytes: int) -> int:
     """Return the power-of-two size bucket of a message (0 for <= 1 byte)."""
     return int(nbytes).bit_length()
+
+
+def size_buckets(nbytes: np.ndarray) -> np.ndarray:
+    """:func:`size_bucket` of each message size: its bit length, exact for every
+    int64 (the powers of two at or below ``|n|``)."""
+    powers = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
+    magnitude = np.abs(nbytes.astype(np.int64)).astype(np.uint64)
+    out: np.ndarray = np.searchsorted(powers, magnitude, side="right")
+    return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
-from mycroft.streams.core.baseline import RobustBaseline, Verdict
+from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext, new_anomaly
@@ -66,9 +66,9 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
         return []
     cfg, fam = ctx.cfg, ctx.book.families
     stats = [d[0] for d in done]
-    m = _metrics(stats)
     n = len(stats)
     comm = np.fromiter((s.comm for s in stats), np.uint64, n)
+    m = _metrics(stats, comm)
     kind = np.fromiter((s.kind for s in stats), np.int64, n)
     bucket = size_buckets(np.fromiter((s.nbytes for s in stats), np.int64, n))
     op_floor = cfg.slow_abs_floor_s * 1e9
@@ -136,10 +136,10 @@ class _Metrics:
         self.late = np.zeros(n_members)
 
 
-def _metrics(stats: list[CollectiveStat]) -> _Metrics:
+def _metrics(stats: list[CollectiveStat], comm: np.ndarray) -> _Metrics:
     """Compute every op's span, xfer, queued span and every member's lateness
     over the members of all ops at once (the arithmetic of ``CollectiveStat``;
-    every op has a member)."""
+    every op has a member). ``comm``: each op's comm."""
     sizes = np.fromiter((len(s.ranks) for s in stats), np.int64, len(stats))
     m = _Metrics(len(stats), int(sizes.sum()))
     if not len(stats):
@@ -155,19 +155,10 @@ def _metrics(stats: list[CollectiveStat]) -> _Metrics:
     m.xfer[:] = np.minimum.reduceat(end - begin, at)
     m.queued[:] = last_end - np.minimum.reduceat(issue, at)
     m.op = np.repeat(np.arange(len(stats)), sizes)
-    m.comm = np.repeat(np.fromiter((s.comm for s in stats), np.uint64), sizes)
+    m.comm = np.repeat(comm, sizes)
     m.rank = np.concatenate([s.ranks for s in stats]).astype(np.int64)
     m.late = begin - group_medians(m.op, begin)[1][m.op]
     return m
-
-
-def size_buckets(nbytes: np.ndarray) -> np.ndarray:
-    """``size_bucket`` of each message size: its bit length, exact for every
-    int64 (the powers of two at or below ``|n|``)."""
-    powers = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
-    magnitude = np.abs(nbytes.astype(np.int64)).astype(np.uint64)
-    out: np.ndarray = np.searchsorted(powers, magnitude, side="right")
-    return out
 
 
 def _observe(  # noqa: PLR0913, PLR0917 - private helper of one module

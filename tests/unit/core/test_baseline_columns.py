@@ -22,6 +22,7 @@ from mycroft.streams.core.baseline import (
     RobustBaseline,
     Verdict,
     size_bucket,
+    size_buckets,
 )
 from mycroft.streams.core.baseline_columns import BaselineColumns, Rule
 from mycroft.streams.core.config import DetectorConfig
@@ -31,7 +32,6 @@ from mycroft.streams.core.detect_slow import (
     _slow_anomaly,
     observe_collectives,
     observe_flow_lag,
-    size_buckets,
 )
 
 RULES = [
