@@ -25,10 +25,11 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.streams.core.rows import run_starts
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 6  # 6: lateness baselines indexed by (comm, rank) number
+SNAPSHOT_VERSION = 7  # 7: incidents keep their root-cause refresh period
 MAX_ANOMALY_IDS = 2048
 
 
@@ -245,8 +246,10 @@ def comm_ops(batch: CompletionBatch) -> dict[int, int]:
     op = batch.op
     if not len(op):
         return {}
-    pairs = np.unique(np.stack([op["comm"], op["seq"].astype(np.uint64)]), axis=1)
-    comms, counts = np.unique(pairs[0], return_counts=True)
+    order = np.lexsort((op["seq"], op["comm"]))
+    comm = op["comm"][order]
+    first = run_starts(comm, op["seq"][order])  # np.unique(axis=1): 5x slower
+    comms, counts = np.unique(comm[first], return_counts=True)
     return {
         int(c): int(n) for c, n in zip(comms.tolist(), counts.tolist(), strict=True)
     }

@@ -46,6 +46,10 @@ from mycroft.streams.core.topology import JobTopology
 Finding: TypeAlias = Anomaly | RootCause
 _PRIORITY = {FaultKind.MISMATCH: 0, FaultKind.HANG: 1, FaultKind.SLOWDOWN: 2}
 _REEVAL_NS = 1_000_000_000
+_REEVAL_MAX_NS = 4_000_000_000
+"""A slowdown's root cause reads every collective kept since its onset (a
+refresh costs ~0.6 CPU s at 1,024 ranks): while its answer holds and no new
+anomaly joins, it is refreshed half as often each time, down to this period."""
 _OBSERVE_BLOCK = 50_000
 """Queued completed collectives observed at once even before ``detect``
 (bounds the queue of a worker that ingests a backlog; ~3 s of a 1,024-rank job)."""
@@ -69,6 +73,7 @@ class Incident:
     signature: tuple[object, ...] = ()
     top_conf: float = 0.0
     proposed: tuple[object, ...] = ()  # the last round's answer, published or not
+    rca_period_ns: int = 1_000_000_000  # see _next_period
 
 
 class Dedup:
@@ -231,6 +236,7 @@ class Analyzer:
                     _incident_id(a), a.kind, a.onset_ns, now_ns, last_active_ns=now_ns
                 )
             self.incident.anomalies[a.anomaly_id] = a
+            self.incident.rca_period_ns = _REEVAL_NS
             if len(self.incident.anomalies) <= self.cfg.incident_max_anomalies:
                 out.append(a)
         rc = self._resolve(now_ns)
@@ -249,7 +255,7 @@ class Analyzer:
         inc = self.incident
         if inc is None or not inc.anomalies:
             return None
-        fresh = inc.revision < 0 or now_ns - inc.last_rca_ns >= _REEVAL_NS
+        fresh = inc.revision < 0 or now_ns - inc.last_rca_ns >= inc.rca_period_ns
         if not fresh:
             return None
         inc.last_rca_ns = now_ns
@@ -263,6 +269,7 @@ class Analyzer:
         )
         escalated = bool(inc.signature) and inc.signature[0] != kind
         again, inc.proposed = inc.proposed == sig, sig
+        inc.rca_period_ns = _next_period(inc.rca_period_ns, kind, again=again)
         if sig == inc.signature:
             if not _firmed(culprits, inc):
                 return None
@@ -330,6 +337,19 @@ class Analyzer:
         since = min(a.onset_ns for a in anomalies)
         culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
         return [c for c in culprits if c.confidence >= 0.2][:8], ev
+
+
+def _next_period(period_ns: int, kind: FaultKind, *, again: bool) -> int:
+    """The next refresh period of an incident's root cause.
+
+    A slowdown's answer that held (``again``) is refreshed half as often,
+    down to ``_REEVAL_MAX_NS``; a changed answer, and every hang or mismatch
+    (cheap, and revised by events such as a port going down), every
+    ``_REEVAL_NS``.
+    """
+    if kind is FaultKind.SLOWDOWN and again:
+        return min(2 * period_ns, _REEVAL_MAX_NS)
+    return _REEVAL_NS
 
 
 def _better(culprits: list[Culprit], inc: Incident, *, again: bool) -> bool:

@@ -313,6 +313,24 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
     assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
 
 
+def test_since_orders_by_completion_then_unsigned_comm_then_seq() -> None:
+    big = (1 << 64) - 5  # comm ids are unsigned 64-bit hashes
+    recent = RecentStats(per_comm=8)
+    for op in [_op(big, 3, 12), _op(7, 9, 12), _op(big, 2, 12), _op(7, 1, 30)]:
+        recent.append(op)
+    recent.append(_op(1 << 40, 0, 5))
+    recent.append(_op(7, 4, 12))
+    expected = sorted(recent.since(0), key=lambda s: (s.last_end_ns, s.comm, s.seq))
+    assert [(s.comm, s.seq) for s in recent.since(0)] == [
+        (s.comm, s.seq) for s in expected
+    ]
+    assert [(s.comm, s.seq) for s in recent.since(12 * MS)] == [
+        (7, 4), (7, 9), (big, 2), (big, 3), (7, 1)
+    ]  # fmt: skip
+    assert recent.since(31 * MS) == []
+    assert RecentStats().since(0) == []
+
+
 def test_extend_keeps_what_appending_one_by_one_keeps() -> None:
     ops = [_op(1 + seq % 3, seq, 10 + seq) for seq in range(40)]
     one, block = RecentStats(per_comm=5), RecentStats(per_comm=5)

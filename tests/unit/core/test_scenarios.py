@@ -10,6 +10,7 @@ from mycroft.producers.tracefile import TraceFileWriter
 from mycroft.schemas.records import Anomaly, RootCause
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams import analyze
+from mycroft.streams.core import engine
 from mycroft.streams.core.engine import Analyzer
 from tests.unit.core.scenario import T0, make
 
@@ -85,3 +86,40 @@ def test_analyze_cli_json(tmp_path, capsys):
     assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")
     assert best["detected_at_s"] > T0 / 1e9
     assert doc["anomalies"]
+
+
+_EXPLAIN = Analyzer._explain
+
+
+def _refreshes(monkeypatch, kind):
+    """Times of the root-cause refreshes of ``kind``'s scenario, and its
+    root causes."""
+    times: list[int] = []
+
+    def spy(self, inc, fkind, now_ns):
+        times.append(now_ns)
+        return _EXPLAIN(self, inc, fkind, now_ns)
+
+    monkeypatch.setattr(Analyzer, "_explain", spy)
+    _, out = _run(make(kind, 3, seconds=24.0))
+    return times, _causes(out)
+
+
+def test_a_slowdown_that_holds_is_refreshed_less_often(monkeypatch):
+    times, causes = _refreshes(monkeypatch, "gpu-power-cap")
+    gaps = [round((b - a) / 1e9, 1) for a, b in zip(times, times[1:], strict=False)]
+    assert {2.0, 4.0} <= set(gaps), gaps
+    assert max(gaps) <= 4.0
+    # Every second, as before the back-off: the same answers, more work.
+    monkeypatch.setattr(engine, "_REEVAL_MAX_NS", engine._REEVAL_NS)
+    every_s, same = _refreshes(monkeypatch, "gpu-power-cap")
+    assert len(every_s) > len(times)
+    assert [
+        (c.revision, c.culprits[0].rank, c.culprits[0].component) for c in causes
+    ] == [(c.revision, c.culprits[0].rank, c.culprits[0].component) for c in same]
+
+
+def test_a_hang_is_refreshed_every_second(monkeypatch):
+    times, _ = _refreshes(monkeypatch, "gpu-hang")
+    gaps = {round((b - a) / 1e9, 1) for a, b in zip(times, times[1:], strict=False)}
+    assert gaps == {1.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from mycroft.producers.sim.config import SimConfig
@@ -181,6 +182,20 @@ def test_rates_from_completion_batch() -> None:
     empty = completion_batch()
     empty.op = empty.op[:0]
     assert rank_chunks(empty) == {} and comm_ops(empty) == {}
+
+
+def test_comm_ops_counts_distinct_ops_per_comm() -> None:
+    rng = np.random.default_rng(3)
+    batch = completion_batch()
+    comms = np.array([5, (1 << 64) - 1, 1 << 63], np.uint64)
+    op = np.resize(batch.op, 200)
+    op["comm"] = comms[rng.integers(0, 3, 200)]
+    op["seq"] = rng.integers(0, 40, 200)
+    batch.op = op
+    naive: dict[int, set[int]] = {}
+    for c, q in zip(op["comm"].tolist(), op["seq"].tolist(), strict=True):
+        naive.setdefault(c, set()).add(q)
+    assert comm_ops(batch) == {c: len(q) for c, q in naive.items()}
 
 
 def test_rate_window_values_add_up_without_changing_their_input() -> None:
