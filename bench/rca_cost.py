@@ -3,11 +3,14 @@
 Each size simulates the same slowdown (a NIC capped to 30 % of its rate on
 rank 9 at 6 s, and a GPU power cap on rank 30 at 6 s) up to 4 s after the
 onset, fed to the analyzer in process, then times the slowdown root cause
-over that window (``explain_slowdown``, the work of one refresh: every flow
-snapshot and collective since the onset), median of ``--repeat``. The
-incident's refresh period is 1 s of trace, so a refresh that costs more than
-that puts a real-time worker behind. Only the cost is measured here (the
-campaigns score the answers). Writes ``bench/results/rca_cost.json``.
+over that window (the work of one refresh: reading the collectives kept
+since the onset and ``explain_slowdown`` over them and every flow snapshot of
+the window), median of ``--repeat``. An incident refreshes every 1 s of
+trace while its answer changes or anomalies join it, and half as often each
+time the answer holds (down to every 4 s), so a refresh that costs more than
+1 s puts a real-time worker behind early in an incident. Only the cost is
+measured here (the campaigns score the answers). Writes
+``bench/results/rca_cost.json``.
 Usage::
 
     python bench/rca_cost.py [--sizes 64,1024] [--repeat 3]
@@ -48,10 +51,10 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
     simulate(cfg, [parse_spec(FAULTS[fault])], replay)
     analyzer = replay.analyzers[cfg.job_id]
     since = cfg.start_ns + int(ONSET_S * 1e9)
-    stats = analyzer.stats.since(since)
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
+        stats = analyzer.stats.since(since)
         explain_slowdown(analyzer.ctx, stats, since)
         times.append(time.perf_counter() - t0)
     return {

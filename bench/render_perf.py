@@ -59,7 +59,9 @@ def _rca_cost(r: dict[str, Any]) -> list[str]:
         f"One refresh of the slowdown root cause over the {r['window_s']:g} s since "
         f"the onset (every flow snapshot and collective of the window), median of "
         f"{r['repeat']}, in process on {r['cpus']} CPUs; the incident refreshes "
-        f"every 1 s of trace. Source {r['commit']}.",
+        f"every 1 s of trace while its answer changes or anomalies join it, then "
+        f"half as often each time the answer holds, down to every 4 s. "
+        f"Source {r['commit']}.",
         "",
         "| ranks | fault | collectives | flow snapshot rows | refresh (s) | max (s) |",
         "|---|---|---|---|---|---|",
