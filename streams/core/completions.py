@@ -11,7 +11,7 @@ import numpy as np
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES
-from mycroft.streams.core.rows import run_starts, stack_rows
+from mycroft.streams.core.rows import group_medians, run_starts, stack_rows
 
 _SEND, _RECV = OP_NAMES.index("send"), OP_NAMES.index("recv")
 
@@ -178,6 +178,43 @@ class CollectiveStat:
     def end_lag_ns(self) -> np.ndarray:
         """Per-rank completion minus the members' median completion."""
         out: np.ndarray = self.end_ns - small_median(self.end_ns)
+        return out
+
+
+class Members:
+    """Every member of a block of collectives as flat columns (ops in block
+    order, members in op order then member order) and the per-op reductions
+    over them: the arithmetic of ``CollectiveStat`` for all ops at once."""
+
+    def __init__(self, stats: Sequence[CollectiveStat]) -> None:
+        self.size = np.fromiter((len(s.ranks) for s in stats), np.int64, len(stats))
+        self.op = np.repeat(np.arange(len(stats)), self.size)
+        self._at = np.r_[0, np.cumsum(self.size)[:-1]]
+        if not len(stats):
+            self.rank = self.issue = self.end = self.begin = np.zeros(0, np.int64)
+            return
+        self.rank = np.concatenate([s.ranks for s in stats]).astype(np.int64)
+        self.issue = np.concatenate([s.issue_ns for s in stats])
+        self.end = np.concatenate([s.end_ns for s in stats])
+        start = np.concatenate([s.start_ns for s in stats])
+        self.begin = np.where(start > 0, start, self.issue)  # as ``begin_ns``
+
+    def per_op(self, ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
+        """``ufunc`` reduced over each op's members (every op has one)."""
+        out: np.ndarray = ufunc.reduceat(values, self._at)
+        return out
+
+    def span(self) -> np.ndarray:
+        """Each op's ``span_ns``: first arrival to last completion."""
+        out: np.ndarray = self.per_op(np.maximum, self.end) - self.per_op(
+            np.minimum, self.begin
+        )
+        return out
+
+    def off_median(self, values: np.ndarray) -> np.ndarray:
+        """Each member's value minus the median of its op's (``lateness_ns``
+        for ``begin``, ``end_lag_ns`` for ``end``)."""
+        out: np.ndarray = values - group_medians(self.op, values)[1][self.op]
         return out
 
 

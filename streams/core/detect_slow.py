@@ -19,9 +19,9 @@ from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.detect import DetectContext, new_anomaly
-from mycroft.streams.core.rows import run_starts, stack_rows
+from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
 
 FlowGaps = dict[int, tuple[float, float]]
 """``rank -> (median G-T, median T-D)`` of one op's cross-host sends (chunks)."""
@@ -140,24 +140,17 @@ def _metrics(stats: list[CollectiveStat], comm: np.ndarray) -> _Metrics:
     """Compute every op's span, xfer, queued span and every member's lateness
     over the members of all ops at once (the arithmetic of ``CollectiveStat``;
     every op has a member). ``comm``: each op's comm."""
-    sizes = np.fromiter((len(s.ranks) for s in stats), np.int64, len(stats))
-    m = _Metrics(len(stats), int(sizes.sum()))
+    mem = Members(stats)
+    m = _Metrics(len(stats), len(mem.op))
     if not len(stats):
         return m
-    m.size = sizes
-    at = np.r_[0, np.cumsum(sizes)[:-1]]
-    issue = np.concatenate([s.issue_ns for s in stats])
-    start = np.concatenate([s.start_ns for s in stats])
-    end = np.concatenate([s.end_ns for s in stats])
-    begin = np.where(start > 0, start, issue)
-    last_end = np.maximum.reduceat(end, at)
-    m.span[:] = last_end - np.minimum.reduceat(begin, at)
-    m.xfer[:] = np.minimum.reduceat(end - begin, at)
-    m.queued[:] = last_end - np.minimum.reduceat(issue, at)
-    m.op = np.repeat(np.arange(len(stats)), sizes)
-    m.comm = np.repeat(comm, sizes)
-    m.rank = np.concatenate([s.ranks for s in stats]).astype(np.int64)
-    m.late = begin - group_medians(m.op, begin)[1][m.op]
+    m.size, m.op, m.rank = mem.size, mem.op, mem.rank
+    last_end = mem.per_op(np.maximum, mem.end)
+    m.span[:] = last_end - mem.per_op(np.minimum, mem.begin)
+    m.xfer[:] = mem.per_op(np.minimum, mem.end - mem.begin)
+    m.queued[:] = last_end - mem.per_op(np.minimum, mem.issue)
+    m.comm = np.repeat(comm, mem.size)
+    m.late = mem.off_median(mem.begin)
     return m
 
 
@@ -172,13 +165,9 @@ def _observe(  # noqa: PLR0913, PLR0917 - private helper of one module
     """Observe ``values`` under the keys ``(*keys[:, i], name)``, one per
     value, in one block; new keys get rows in order of first appearance."""
     n = len(values)
-    group = np.zeros(n, np.int64)
-    rows = group
+    rows = np.zeros(n, np.int64)
     if n:
-        order = np.lexsort(keys[::-1])
-        new = run_starts(*(k[order] for k in keys))
-        group[order] = np.cumsum(new) - 1
-        first = order[new]  # lexsort is stable: a group's first appearance
+        group, first = group_ids(*keys)
         seen = np.argsort(first)
         cols = [k[first[seen]].tolist() for k in keys]
         found = columns.row_of([(*k, name) for k in zip(*cols, strict=True)])
@@ -193,12 +182,8 @@ def _observe_late(
     columns: BaselineColumns, m: _Metrics, floors: np.ndarray, ctx: DetectContext
 ) -> Observed:
     """Observe every member's lateness under its (comm, rank) key."""
-    order = np.lexsort((m.rank, m.comm))
-    comm, rank = m.comm[order], m.rank[order]
-    new = run_starts(comm, rank)
-    pair = np.empty(len(order), np.int64)
-    pair[order] = np.cumsum(new) - 1
-    rows = columns.rows_of_pairs(comm[new], rank[new], "late")[pair]
+    pair, first = group_ids(m.comm, m.rank)
+    rows = columns.rows_of_pairs(m.comm[first], m.rank[first], "late")[pair]
     return columns.observe(rows, m.late, floors, ctx.cfg)
 
 
@@ -283,19 +268,6 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     return dict(
         zip(ranks.tolist(), zip(gt.tolist(), td.tolist(), strict=True), strict=True)
     )
-
-
-def group_medians(
-    keys: np.ndarray, values: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return the distinct ``keys`` (ascending) and ``np.median`` of the
-    ``values`` of each, all groups in one sort."""
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order].astype(np.float64)
-    starts = np.flatnonzero(run_starts(k))
-    n = np.diff(np.r_[starts, len(k)])
-    out: np.ndarray = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
-    return k[starts], out
 
 
 def observe_flow_lag(

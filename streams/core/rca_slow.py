@@ -35,13 +35,13 @@ import numpy as np
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
 from mycroft.streams.core.baseline import size_bucket
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.detect import DetectContext
-from mycroft.streams.core.detect_slow import group_medians, role_gap_baseline
+from mycroft.streams.core.detect_slow import role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.rca_hang import Suspect, _rank
 from mycroft.streams.core.rca_ports import score_port_events
-from mycroft.streams.core.rows import run_starts
+from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 
 K = TypeVar("K")
 
@@ -147,14 +147,12 @@ def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Latenes
     ranks, agg = group_medians(rank, excess)
     _, agg_end = group_medians(rank, e["end_lag"])
     # Per (comm, rank) median of the excess; a rank's worst comm.
-    order = np.lexsort((excess, rank, comm))
-    c, r, v = comm[order], rank[order], excess[order]
-    starts = np.flatnonzero(run_starts(c, r))
-    n = np.diff(np.r_[starts, len(order)])
-    pair_med = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
-    by_rank = np.lexsort((pair_med, r[starts]))
-    last = np.r_[np.flatnonzero(run_starts(r[starts][by_rank]))[1:], len(starts)] - 1
-    worst = pair_med[by_rank][last]  # ranks ascending, as ``ranks``
+    pair, first = group_ids(comm, rank)
+    _, pair_med = group_medians(pair, excess)
+    pair_rank = rank[first]
+    by_rank = np.argsort(pair_rank, kind="stable")
+    starts = np.flatnonzero(run_starts(pair_rank[by_rank]))
+    worst = np.maximum.reduceat(pair_med[by_rank], starts)  # ranks ascending
     _, first, ops = np.unique(rank, return_index=True, return_counts=True)
     seen = np.argsort(first).tolist()
     keys = ranks.tolist()
@@ -176,11 +174,7 @@ def _late_medians(ctx: DetectContext, comm: np.ndarray, rank: np.ndarray) -> np.
     """Median lateness of each (comm, rank) row's baseline; 0.0 for a pair
     whose baseline is missing or not warm."""
     late = ctx.book.families["late"]
-    order = np.lexsort((rank, comm))
-    new = run_starts(comm[order], rank[order])
-    pair = np.empty(len(order), np.int64)
-    pair[order] = np.cumsum(new) - 1
-    firsts = order[new]
+    pair, firsts = group_ids(comm, rank)
     found = late.rows.get
     keys = zip(comm[firsts].tolist(), rank[firsts].tolist(), strict=True)
     rows = np.array([found((c, r, "late"), -1) for c, r in keys], np.int64)
@@ -209,20 +203,16 @@ def _member_rows(stats: Sequence[CollectiveStat], early_floor: float) -> np.ndar
     lateness and end lag (against the op's medians) and the op's early cut
     (``max(0.3 x span, early_floor)``), over all members at once (a
     1,024-rank slowdown reads ~60k ops)."""
-    sizes = np.fromiter((len(st.ranks) for st in stats), np.int64, len(stats))
-    at = np.r_[0, np.cumsum(sizes)[:-1]]
-    op = np.repeat(np.arange(len(stats)), sizes)
-    begin = np.concatenate([st.begin_ns for st in stats])
-    end = np.concatenate([st.end_ns for st in stats])
-    span = np.maximum.reduceat(end, at) - np.minimum.reduceat(begin, at)
-    out = np.empty(len(op), dtype=_MEMBER_ROW)
+    mem = Members(stats)
+    out = np.empty(len(mem.op), dtype=_MEMBER_ROW)
     comm = np.fromiter((st.comm for st in stats), np.uint64, len(stats))
-    out["comm"] = np.repeat(comm, sizes)
-    out["rank"] = np.concatenate([st.ranks for st in stats])
-    out["late"] = begin - group_medians(op, begin)[1][op]
-    out["end_lag"] = end - group_medians(op, end)[1][op]
-    cut = np.maximum(0.3 * np.maximum(span.astype(np.float64), 1.0), early_floor)
-    out["cut"] = np.repeat(cut, sizes)
+    out["comm"] = np.repeat(comm, mem.size)
+    out["rank"] = mem.rank
+    out["late"] = mem.off_median(mem.begin)
+    out["end_lag"] = mem.off_median(mem.end)
+    span = mem.span().astype(np.float64)
+    cut = np.maximum(0.3 * np.maximum(span, 1.0), early_floor)
+    out["cut"] = np.repeat(cut, mem.size)
     return out
 
 

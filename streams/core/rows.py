@@ -27,3 +27,27 @@ def run_starts(*cols: np.ndarray) -> np.ndarray:
         for c in cols:
             out[1:] |= c[1:] != c[:-1]
     return out
+
+
+def group_ids(*cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the rows of ``cols`` by their values: each row's group number
+    (groups in ascending key order, the first column first) and each group's
+    first row (its lowest index)."""
+    order = np.lexsort(cols[::-1])
+    new = run_starts(*(c[order] for c in cols))
+    group = np.empty(len(order), np.int64)
+    group[order] = np.cumsum(new) - 1
+    return group, order[new]  # lexsort is stable: the lowest index first
+
+
+def group_medians(
+    keys: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the distinct ``keys`` (ascending) and ``np.median`` of the
+    ``values`` of each, all groups in one sort."""
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order].astype(np.float64)
+    starts = np.flatnonzero(run_starts(k))
+    n = np.diff(np.r_[starts, len(k)])
+    out: np.ndarray = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
+    return k[starts], out

@@ -28,6 +28,7 @@ from mycroft.streams.core.baseline import RobustBaseline, _median, _median_abs_d
 from mycroft.streams.core.completions import (
     CollectiveStat,
     CompletionTracker,
+    Members,
     RecentStats,
     matching_kind,
     small_median,
@@ -39,15 +40,12 @@ from mycroft.streams.core.detect import (
     comm_last_progress,
     lost_ranks,
 )
-from mycroft.streams.core.detect_slow import (
-    GAP_CLOCK_SLACK_NS,
-    group_medians,
-    op_flow_gaps,
-)
+from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_slow import Lateness, _late_scores
+from mycroft.streams.core.rows import group_ids, group_medians
 
 MS = 1_000_000
 
@@ -563,3 +561,40 @@ def test_group_medians_are_numpy_medians_per_key() -> None:
     assert got_keys.tolist() == sorted(set(keys.tolist()))
     want = [float(np.median(values[keys == k])) for k in got_keys.tolist()]
     assert got.tolist() == want
+
+
+def test_group_ids_number_groups_in_key_order_with_their_first_rows() -> None:
+    a = np.array([3, 1, 3, 1, 2, 3], np.uint64)
+    b = np.array([0, 5, 0, 4, 9, 1], np.int64)
+    group, first = group_ids(a, b)
+    assert group.tolist() == [3, 1, 3, 0, 2, 4]  # (1,4) (1,5) (2,9) (3,0) (3,1)
+    assert first.tolist() == [3, 1, 4, 0, 5]
+    empty = np.zeros(0, np.int64)
+    assert [x.tolist() for x in group_ids(empty, empty)] == [[], []]
+
+
+def test_members_reduce_each_op_as_its_collective_stat_does() -> None:
+    rng = np.random.default_rng(5)
+    stats = []
+    for seq, n in enumerate([1, 4, 3, 8]):
+        issue = rng.integers(0, 1000, n).astype(np.int64)
+        start = np.where(rng.random(n) < 0.3, 0, issue + rng.integers(1, 50, n))
+        end = issue + rng.integers(100, 900, n)
+        ranks = rng.permutation(16)[:n].astype(np.int32)
+        stats.append(CollectiveStat(7, seq, 0, 1, ranks, issue, start, end, issue - 5))
+    mem = Members(stats)
+    assert mem.span().tolist() == [s.span_ns for s in stats]
+    assert (
+        mem.off_median(mem.begin).tolist()
+        == np.concatenate([s.lateness_ns() for s in stats]).tolist()
+    )
+    assert (
+        mem.off_median(mem.end).tolist()
+        == np.concatenate([s.end_lag_ns() for s in stats]).tolist()
+    )
+    assert mem.per_op(np.minimum, mem.end - mem.begin).tolist() == [
+        s.xfer_ns for s in stats
+    ]
+    assert mem.rank.tolist() == np.concatenate([s.ranks for s in stats]).tolist()
+    assert mem.op.tolist() == [0] + [1] * 4 + [2] * 3 + [3] * 8
+    assert len(Members([]).op) == 0
