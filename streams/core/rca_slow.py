@@ -147,9 +147,9 @@ def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Latenes
     ranks, agg = group_medians(rank, excess)
     _, agg_end = group_medians(rank, e["end_lag"])
     # Per (comm, rank) median of the excess; a rank's worst comm.
-    pair, first = group_ids(comm, rank)
+    pair, pair_first = group_ids(comm, rank)
     _, pair_med = group_medians(pair, excess)
-    pair_rank = rank[first]
+    pair_rank = rank[pair_first]
     by_rank = np.argsort(pair_rank, kind="stable")
     starts = np.flatnonzero(run_starts(pair_rank[by_rank]))
     worst = np.maximum.reduceat(pair_med[by_rank], starts)  # ranks ascending
