@@ -25,6 +25,8 @@ state. Usage::
 
     python bench/campaign_live.py --ranks 64 --seeds 10 --concurrency 4
     python bench/campaign_live.py --ranks 1024 --seeds 1 --concurrency 1 --speed 0.25
+    python bench/campaign_live.py --ranks 1024 --seeds 2 --first-seed 2 \
+        --healthy-runs 0 --concurrency 1 --workers 1 --speed 0.25 --append
     python bench/campaign_live.py --ranks 1024 --seeds 1 --concurrency 1 --two-stage
 
 Results: ``bench/results/campaign_live_<ranks>.json`` (rows and per-fault
@@ -41,6 +43,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -300,10 +303,17 @@ def _score(run: Run, collector: Collector, a: argparse.Namespace) -> dict[str, A
     }  # fmt: skip
 
 
+def _seeds_per_fault(rows: list[dict[str, Any]]) -> int:
+    """Seeds of the fault with the fewest runs (appended parts included)."""
+    per = Counter(r["fault"] for r in rows if r["fault"] != "healthy")
+    return min(per.values(), default=0)
+
+
 def campaign(a: argparse.Namespace) -> list[dict[str, Any]]:
     faults = list(FAULTS) if a.faults == "all" else a.faults.split(",")
-    queue = [(f, s) for s in range(a.seeds) for f in faults]
-    queue += [("", 1000 + s) for s in range(a.healthy_runs)]
+    seeds = range(a.first_seed, a.first_seed + a.seeds)
+    queue = [(f, s) for s in seeds for f in faults]
+    queue += [("", 1000 + a.first_healthy + s) for s in range(a.healthy_runs)]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = a.workdir or Path(tmp)
@@ -361,6 +371,11 @@ def main() -> int:
     )
     p.add_argument("--ranks", type=int, choices=sorted(SHAPES), default=64)
     p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds --first-seed .. --first-seed + --seeds - 1 "
+                   "(add seeds to a campaign with --append)")  # fmt: skip
+    p.add_argument("--first-healthy", type=int, default=0,
+                   help="healthy runs use seeds 1000 + this on")  # fmt: skip
     p.add_argument("--faults", default="all", help="comma-separated, or all")
     p.add_argument("--healthy-runs", type=int, default=2)
     p.add_argument("--duration", type=float, default=30.0, help="simulated s per run")
@@ -412,7 +427,7 @@ def main() -> int:
     doc = {
         "command": command,
         "commit": commit,
-        "ranks": a.ranks, "seeds": a.seeds, "workers": a.workers,
+        "ranks": a.ranks, "seeds": _seeds_per_fault(rows), "workers": a.workers,
         "two_stage": a.two_stage, "comm_groups": a.comm_groups if a.two_stage else None,
         "concurrency": a.concurrency, "duration_s": a.duration, "speed": a.speed,
         "wall_s": wall,
