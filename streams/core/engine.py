@@ -48,7 +48,7 @@ _PRIORITY = {FaultKind.MISMATCH: 0, FaultKind.HANG: 1, FaultKind.SLOWDOWN: 2}
 _REEVAL_NS = 1_000_000_000
 _REEVAL_MAX_NS = 4_000_000_000
 """A slowdown's root cause reads every collective kept since its onset (a
-refresh costs 0.7-0.9 CPU s at 1,024 ranks): while its answer holds and no new
+refresh costs 0.7-1.0 CPU s at 1,024 ranks): while its answer holds and no new
 anomaly joins, it is refreshed half as often each time, down to this period."""
 _OBSERVE_BLOCK = 50_000
 """Queued completed collectives observed at once even before ``detect``
