@@ -25,7 +25,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.streams.core.rows import run_starts
+from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
@@ -246,10 +246,8 @@ def comm_ops(batch: CompletionBatch) -> dict[int, int]:
     op = batch.op
     if not len(op):
         return {}
-    order = np.lexsort((op["seq"], op["comm"]))
-    comm = op["comm"][order]
-    first = run_starts(comm, op["seq"][order])  # np.unique(axis=1): 5x slower
-    comms, counts = np.unique(comm[first], return_counts=True)
+    _, first = group_ids(op["comm"], op["seq"])  # np.unique(axis=1): 5x slower
+    comms, counts = np.unique(op["comm"][first], return_counts=True)
     return {
         int(c): int(n) for c, n in zip(comms.tolist(), counts.tolist(), strict=True)
     }
