@@ -148,7 +148,7 @@ def _metrics(stats: list[CollectiveStat], comm: np.ndarray) -> _Metrics:
     last_end = mem.per_op(np.maximum, mem.end)
     m.span[:] = last_end - mem.per_op(np.minimum, mem.begin)
     m.xfer[:] = mem.per_op(np.minimum, mem.end - mem.begin)
-    m.queued[:] = last_end - mem.per_op(np.minimum, mem.issue())
+    m.queued[:] = last_end - mem.per_op(np.minimum, mem.issue)
     m.comm = np.repeat(comm, mem.size)
     m.late = mem.off_median(mem.begin)
     return m

@@ -598,3 +598,40 @@ def test_members_reduce_each_op_as_its_collective_stat_does() -> None:
     assert mem.rank.tolist() == np.concatenate([s.ranks for s in stats]).tolist()
     assert mem.op.tolist() == [0] + [1] * 4 + [2] * 3 + [3] * 8
     assert len(Members([]).op) == 0
+
+
+def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
+    """Ops joined in different rounds (one block each), ops made one by one
+    and ops restored from a snapshot, shuffled: every column equals the
+    ops' own arrays concatenated."""
+    rng = np.random.default_rng(11)
+    tracker, stats = CompletionTracker(), []
+    for rnd in range(3):
+        n_ops, world = 5 + rnd, 4
+        rows = empty(DONE_OP_COLUMNS, n_ops * world)
+        rows["comm"] = 9
+        rows["seq"] = np.repeat(np.arange(n_ops) + 10 * rnd, world)
+        rows["rank"] = np.tile(np.arange(world), n_ops)
+        rows["issue_ns"] = rng.integers(1, 10**6, len(rows))
+        rows["start_ns"] = np.where(
+            rng.random(len(rows)) < 0.3, 0, rows["issue_ns"] + 7
+        )
+        rows["end_ns"] = rows["issue_ns"] + rng.integers(100, 10**4, len(rows))
+        stats += tracker._build(rows, np.full(n_ops, world))
+    made = [
+        CollectiveStat(3, k, 0, 1, np.arange(k + 1, dtype=np.int32),
+                       *rng.integers(1, 10**6, (3, k + 1)), np.full(k + 1, -1))
+        for k in range(3)
+    ]  # fmt: skip
+    stats += made + [pickle.loads(pickle.dumps(s)) for s in made]
+    order = [stats[i] for i in rng.permutation(len(stats))]
+    mem = Members(order)
+    for got, name in (
+        (mem.rank, "ranks"),
+        (mem.issue, "issue_ns"),
+        (mem.end, "end_ns"),
+        (mem.begin, "begin_ns"),
+    ):
+        want = np.concatenate([getattr(s, name) for s in order])
+        assert got.tolist() == want.tolist()
+    assert mem.span().tolist() == [s.span_ns for s in order]
