@@ -11,7 +11,7 @@ import numpy as np
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES
-from mycroft.streams.core.rows import group_medians, run_starts, stack_rows
+from mycroft.streams.core.rows import run_starts, stack_rows
 
 _SEND, _RECV = OP_NAMES.index("send"), OP_NAMES.index("recv")
 
@@ -214,8 +214,18 @@ class Members:
 
     def off_median(self, values: np.ndarray) -> np.ndarray:
         """Each member's value minus the median of its op's (``lateness_ns``
-        for ``begin``, ``end_lag_ns`` for ``end``)."""
-        out: np.ndarray = values - group_medians(self.op, values)[1][self.op]
+        for ``begin``, ``end_lag_ns`` for ``end``).
+
+        Ops have a handful of distinct member counts (a job's TP, PP and DP
+        group sizes), so the medians are taken per count on an (ops x
+        members) matrix: a row-wise median, not a sort of every member.
+        """
+        med = np.empty(len(self.size), np.float64)
+        for n in np.unique(self.size).tolist():
+            ops = self.size == n
+            rows = values[ops[self.op]].reshape(-1, n)
+            med[ops] = np.median(rows, axis=1)
+        out: np.ndarray = values - med[self.op]
         return out
 
 

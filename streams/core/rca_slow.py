@@ -34,7 +34,7 @@ import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
-from mycroft.streams.core.baseline import size_bucket
+from mycroft.streams.core.baseline import size_buckets
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import role_gap_baseline
@@ -129,18 +129,21 @@ class Lateness(NamedTuple):
     ops: dict[int, int]
 
 
-def _late_scores(ctx: DetectContext, stats: Sequence[CollectiveStat]) -> Lateness:
+def _late_scores(
+    ctx: DetectContext, stats: Sequence[CollectiveStat], mem: Members | None = None
+) -> Lateness:
     """Return each rank's lateness, finishing lag, worst group and op count,
     and the ranks that arrived early somewhere (see ``Lateness``); ranks in
     order of their first member row. Every median is one group reduction
-    over all member rows (a 1,024-rank slowdown reads ~400,000)."""
+    over all member rows (a 1,024-rank slowdown reads ~400,000). ``mem``:
+    ``Members(stats)``, when the caller has it."""
     if not stats:
         return Lateness({}, {}, set(), {}, {})
     # Waiting in a group means arriving early by a real margin: a fraction of
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
     early_floor = ctx.cfg.late_floor_s * 1e9
-    e = _member_rows(stats, early_floor)
+    e = _member_rows(stats, early_floor, mem)
     comm, rank = e["comm"], e["rank"]
     excess = e["late"] - _late_medians(ctx, comm, rank)
     early = set(rank[excess < -e["cut"]].tolist())
@@ -198,12 +201,14 @@ _MEMBER_ROW = np.dtype(
 )
 
 
-def _member_rows(stats: Sequence[CollectiveStat], early_floor: float) -> np.ndarray:
+def _member_rows(
+    stats: Sequence[CollectiveStat], early_floor: float, mem: Members | None = None
+) -> np.ndarray:
     """One row per (op, member), in op order then member order: the member's
     lateness and end lag (against the op's medians) and the op's early cut
     (``max(0.3 x span, early_floor)``), over all members at once (a
     1,024-rank slowdown reads ~60k ops)."""
-    mem = Members(stats)
+    mem = mem or Members(stats)
     out = np.empty(len(mem.op), dtype=_MEMBER_ROW)
     comm = np.fromiter((st.comm for st in stats), np.uint64, len(stats))
     out["comm"] = np.repeat(comm, mem.size)
@@ -252,18 +257,26 @@ def explain_slowdown(
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     score_port_events(ctx, suspects, since_ns)
-    late, end_lag, early, worst, ops = _late_scores(ctx, stats)
+    mem = Members(stats)
+    spans = mem.span()
+    late, end_lag, early, worst, ops = _late_scores(ctx, stats, mem)
     waited = _waited_on_transfers(flows, stats, hist)
     early |= set(waited)
     evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
-    span = float(np.median([s.span_ns for s in stats])) if stats else 0.0
+    span = float(np.median(spans)) if stats else 0.0
     floor = _late_floor(ctx, span)
     singles = {r for r in _outliers(late, floor) if r not in early}
     # A whole host must explain a real share of the slowdown too: among 128
     # hosts one is always a few ms late in its worst group.
     share = _symptom_floor(ctx, span, worst, end_lag)
     hostwide = _score_whole_hosts(
-        ctx, suspects, _outliers(worst, share), stats, span, singles=singles
+        ctx,
+        suspects,
+        _outliers(worst, share),
+        stats,
+        span,
+        singles=singles,
+        spans=spans,
     )
     weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
     weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
@@ -631,34 +644,53 @@ def _score_backlog(
 
 
 def _intra_host_slowdown(
-    ctx: DetectContext, stats: Sequence[CollectiveStat]
+    ctx: DetectContext,
+    stats: Sequence[CollectiveStat],
+    spans: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Per host with intra-host collectives: +1 if their spans are slower than
     the other hosts' intra-host collectives of the same (op kind, size), else
     -1 (a peer comparison: a temporal baseline of sub-ms spans absorbs a
-    slowdown below its absolute floor)."""
-    per: dict[tuple[int, int], dict[str, list[float]]] = {}
-    host_of_comm: dict[int, str | None] = {}  # its one host, else None
-    for st in stats:
-        host = host_of_comm.get(st.comm, "")
-        if host == "":
-            ranks = st.ranks.tolist()
-            on = {ctx.topo.host_of(r) for r in ranks}
-            host = host_of_comm[st.comm] = (
-                on.pop() if len(ranks) >= 2 and len(on) == 1 else None
-            )
-        if host is None:
-            continue
-        key = (st.kind, size_bucket(st.nbytes))
-        per.setdefault(key, {}).setdefault(host, []).append(float(st.span_ns))
+    slowdown below its absolute floor). ``spans``: each op's ``span_ns``,
+    when the caller has them.
+
+    A comm is intra-host when its first op's members (two or more) share
+    one host. The per-op work is columnar (one median per (kind, size,
+    host) group); only the per-host ratios are Python.
+    """
+    n = len(stats)
+    if not n:
+        return {}
+    comm = np.fromiter((st.comm for st in stats), np.uint64, n)
+    _, first, which = np.unique(comm, return_index=True, return_inverse=True)
+    names: dict[str, int] = {}
+    host_of_comm = np.full(len(first), -1, np.int64)
+    for j, i in enumerate(first.tolist()):
+        ranks = stats[i].ranks.tolist()
+        on = {ctx.topo.host_of(r) for r in ranks}
+        if len(ranks) >= 2 and len(on) == 1:
+            host_of_comm[j] = names.setdefault(on.pop(), len(names))
+    host = host_of_comm[which.ravel()]
+    keep = host >= 0
+    if not keep.any():
+        return {}
+    if spans is None:
+        spans = Members(stats).span()
+    kind = np.fromiter((st.kind for st in stats), np.int64, n)[keep]
+    size = size_buckets(np.fromiter((st.nbytes for st in stats), np.int64, n))[keep]
+    host = host[keep]
+    group, rows = group_ids(kind, size, host)
+    _, med = group_medians(group, spans[keep].astype(np.float64))
+    pair = group_ids(kind[rows], size[rows])[0]  # groups of one (kind, size)
+    hostname = list(names)
     ratios: dict[str, list[float]] = {}
-    for hosts in per.values():
-        if len(hosts) < 3:
+    for p in range(int(pair.max()) + 1):
+        of = np.flatnonzero(pair == p)
+        if len(of) < 3:
             continue
-        meds = {h: float(np.median(v)) for h, v in hosts.items()}
-        ref = max(float(np.median(list(meds.values()))), 1.0)
-        for h, m in meds.items():
-            ratios.setdefault(h, []).append(m / ref)
+        ref = max(float(np.median(med[of])), 1.0)
+        for j in of.tolist():
+            ratios.setdefault(hostname[host[rows[j]]], []).append(med[j] / ref)
     agg = {h: float(np.median(v)) for h, v in ratios.items()}
     slow = _outliers(agg, 0.1)
     return {h: (1.0 if h in slow else -1.0) for h in agg}
@@ -672,6 +704,7 @@ def _score_whole_hosts(
     span: float,
     *,
     singles: frozenset[int] | set[int] = frozenset(),
+    spans: np.ndarray | None = None,
 ) -> set[int]:
     """Every rank of a host arrives late: one cause (a host-wide GPU load),
     not one suspect per rank splitting the confidence; one representative
@@ -689,7 +722,7 @@ def _score_whole_hosts(
     alone: a GPU late on its own median and last inside its host is not (a
     NIC does not slow one GPU inside its host's own groups)."""
     reps: set[int] = set()
-    intra = _intra_host_slowdown(ctx, stats) if late else {}
+    intra = _intra_host_slowdown(ctx, stats, spans) if late else {}
     hosts = {ctx.topo.host_of(r) for r in late}
     for host in sorted(hosts):
         mates = ctx.topo.ranks_on_host(host)

@@ -44,7 +44,7 @@ from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
-from mycroft.streams.core.rca_slow import Lateness, _late_scores
+from mycroft.streams.core.rca_slow import Lateness, _intra_host_slowdown, _late_scores
 from mycroft.streams.core.rows import group_ids, group_medians
 
 MS = 1_000_000
@@ -378,6 +378,54 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
         assert list(got) == list(want)  # same order (ties resolve the same way)
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
     assert _late_scores(fed.ctx, []) == ({}, {}, set(), {}, {})
+
+
+def _intra_host_reference(
+    ctx: DetectContext, stats: list[CollectiveStat], spans: list[float]
+) -> dict[str, float]:
+    """One op at a time: spans per (kind, size bucket) per intra-host comm's
+    host, each host's median against the median host, outliers +1."""
+    per: dict[tuple[int, int], dict[str, list[float]]] = {}
+    host_of_comm: dict[int, str | None] = {}
+    for st, span in zip(stats, spans, strict=True):
+        if st.comm not in host_of_comm:
+            on = {ctx.topo.host_of(r) for r in st.ranks.tolist()}
+            one = len(st.ranks) >= 2 and len(on) == 1
+            host_of_comm[st.comm] = on.pop() if one else None
+        host = host_of_comm[st.comm]
+        if host is not None:
+            key = (st.kind, int(st.nbytes).bit_length())
+            per.setdefault(key, {}).setdefault(host, []).append(span)
+    ratios: dict[str, list[float]] = {}
+    for hosts in per.values():
+        if len(hosts) >= 3:
+            meds = {h: float(np.median(v)) for h, v in hosts.items()}
+            ref = max(float(np.median(list(meds.values()))), 1.0)
+            for h, m in meds.items():
+                ratios.setdefault(h, []).append(m / ref)
+    agg = {h: float(np.median(v)) for h, v in ratios.items()}
+    vals = np.array(list(agg.values()))
+    med = float(np.median(vals))
+    cut = med + max(4 * 1.4826 * float(np.median(np.abs(vals - med))), 0.1)
+    return {h: (1.0 if v > cut else -1.0) for h, v in agg.items()}
+
+
+def test_intra_host_slowdown_in_columns_matches_the_per_op_loop(fed: Analyzer) -> None:
+    stats = list(fed.stats)
+    spans = [float(s.span_ns) for s in stats]
+    assert _intra_host_slowdown(fed.ctx, stats) == _intra_host_reference(
+        fed.ctx, stats, spans
+    )
+    # node0002's own collectives three times slower: it alone stands out.
+    host = fed.ctx.topo.host_of
+    slowed = [
+        3 * v if {host(r) for r in s.ranks.tolist()} == {"node0002"} else v
+        for s, v in zip(stats, spans, strict=True)
+    ]
+    got = _intra_host_slowdown(fed.ctx, stats, np.array(slowed, np.int64))
+    assert got == _intra_host_reference(fed.ctx, stats, slowed)
+    assert [h for h, v in got.items() if v > 0] == ["node0002"]
+    assert len(got) >= 4
 
 
 def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
