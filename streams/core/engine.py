@@ -361,7 +361,9 @@ def _better(culprits: list[Culprit], inc: Incident, *, again: bool) -> bool:
     previous round too (``again``): its evidence is gone (an early, weak
     verdict on a few ms of noise, capped like the verdict that replaces it,
     must not stand for the rest of the incident), and not for one round
-    only (a rule whose conditions hold in one window flickers). An uncapped
+    only (a rule whose conditions hold in one window flickers). So does a
+    slowdown's published runner-up that now leads alone, proposed twice
+    (``_runner_up_alone``). Otherwise an uncapped
     answer is not revised at equal confidence: live, a worker's partial view
     (a lost rank seen alive again after a restore or a rebalance) would
     otherwise flip a right answer to a wrong one.
@@ -369,11 +371,39 @@ def _better(culprits: list[Culprit], inc: Incident, *, again: bool) -> bool:
     top = culprits[0].confidence
     if top > inc.top_conf:
         return True
-    if inc.top_conf > HOSTWIDE_CONF or not again:
+    if not again:
+        return False
+    if _runner_up_alone(culprits, inc):
+        return True
+    if inc.top_conf > HOSTWIDE_CONF:
         return False
     old = _published_top(inc)
     named = {(c.rank, c.component, c.peer, c.channel) for c in culprits}
     return old is not None and old not in named and top >= inc.top_conf
+
+
+def _runner_up_alone(culprits: list[Culprit], inc: Incident) -> bool:
+    """Whether a slowdown's published runner-up now leads an answer that no
+    longer names the published top culprit's rank at all.
+
+    Both ends of the same backlogged flows are named when only they are
+    flagged (a sending GPU's proxy and the receiving GPU's PCIe read alike),
+    and the first answer leads with one of them. When more flows arrive and
+    single out the other end, the first one's evidence is gone; among a
+    thousand ranks the new answer's share of the score is diluted by small
+    timing suspects, so its confidence alone would never revise the tie.
+    """
+    published = inc.signature[1] if len(inc.signature) > 1 else ()
+    if inc.signature[:1] != (FaultKind.SLOWDOWN,) or not isinstance(published, tuple):
+        return False
+    tops = [p for p in published[:2] if isinstance(p, tuple)]
+    if len(tops) < 2:
+        return False
+    (old_rank, *_), (up_rank, up_comp, *_) = tops
+    new = culprits[0]
+    return (new.rank, new.component) == (up_rank, up_comp) and all(
+        c.rank != old_rank for c in culprits
+    )
 
 
 def _firmed(culprits: list[Culprit], inc: Incident) -> bool:

@@ -333,6 +333,28 @@ def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     assert _better([replace(host, confidence=1.0)], inc, again=False)
 
 
+def test_a_tie_is_revised_when_more_flows_single_out_its_runner_up():
+    """Flows of one sending GPU into one receiving GPU name both ends, the
+    sender's proxy first (a 1,024-rank pcie-downgrade). Once flows from a
+    second NIC single out the receiver, its PCIe leads alone and revises the
+    tie, though among a thousand ranks' small timing suspects its share of
+    the score is lower than the tie's was; not while the sender is still
+    named, nor for one round only, nor in a hang."""
+    inc = Incident("j:slowdown:1:0", FaultKind.SLOWDOWN, 0, 0)
+    tie = ((859, Component.PROXY, 867, 0), (867, Component.PCIE, None, None))
+    inc.signature, inc.top_conf = (FaultKind.SLOWDOWN, tie), 0.556
+    pcie = Culprit(867, "node0108", Component.PCIE, FaultKind.SLOWDOWN, 0.283)
+    noise = Culprit(96, "node0012", Component.GPU, FaultKind.SLOWDOWN, 0.093)
+    proxy = Culprit(859, "node0107", Component.PROXY, FaultKind.SLOWDOWN, 0.2)
+    assert _better([pcie, noise], inc, again=True)
+    assert not _better([pcie, noise], inc, again=False)
+    assert not _better([pcie, noise, proxy], inc, again=True)
+    assert not _better([noise, pcie], inc, again=True)
+    assert not _better([replace(pcie, component=Component.GPU)], inc, again=True)
+    inc.signature = (FaultKind.HANG, tie)
+    assert not _better([pcie, noise], inc, again=True)
+
+
 def test_a_slow_gpu_is_named_when_evaluated_seconds_after_its_onset():
     """A lagging worker evaluates seldom. 1.3 s after a power cap on rank 33,
     its few ms per op have added up to its whole host (and pipeline replica)
