@@ -44,13 +44,14 @@ from mycroft.schemas.records import (
     StateBatch,
 )
 from mycroft.streams.faust_runtime import (
+    MAX_MESSAGE_BYTES,
     Engine,
     EngineFactory,
     Finding,
     JobRouter,
     add_counts,
     comm_ops,
-    dump_slot,
+    dump_changed,
     is_fresh,
     mark_sent,
     rank_chunks,
@@ -130,7 +131,7 @@ def faust_config(settings: StreamSettings) -> dict[str, Any]:
         "table_cleanup_interval": 1.0,
         "stream_wait_empty": False,
         "consumer_auto_offset_reset": "earliest",
-        "producer_max_request_size": 16 * 1024 * 1024,
+        "producer_max_request_size": MAX_MESSAGE_BYTES,
         "stream_buffer_maxsize": 4096,
     }
 
@@ -172,7 +173,7 @@ class Pipeline:
         self.rootcause = app.topic(topics.rootcause, **raw)
         self.summary = app.topic(topics.comm_summary, **raw)
         self.deadletter = app.topic(topics.deadletter, **raw)
-        big = {"max.message.bytes": str(16 * 1024 * 1024)}
+        big = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
         self.snapshots = app.Table(
             "engine-snapshots",
             partitions=n,
@@ -384,12 +385,24 @@ class Pipeline:
             self.snapshots.pop(job_id, None)
             self.counts["evicted"] += 1
             log.info("evicted idle job %s", job_id)
-        for slot in self.router.on_partition(partition):
-            if not slot.dirty:
-                continue
-            self.snapshots[slot.job_id] = dump_slot(slot)
-            slot.dirty = False
+        blobs, too_big = dump_changed(self.router.on_partition(partition))
+        for job_id, blob in blobs.items():
+            self.snapshots[job_id] = blob
             self.counts["snapshots"] += 1
+        for job_id, size in too_big.items():
+            self.counts["snapshots_too_big"] += 1
+            log.error(
+                "snapshot of job %s is %.1f MB, over the %.0f MB record limit: "
+                "not written, and partition %d's offsets stay uncommitted so "
+                "that a restart replays from its last snapshot; see "
+                "streams/SCALING.md (snapshot size) for what grows",
+                job_id,
+                size / 1e6,
+                MAX_MESSAGE_BYTES / 2**20,
+                partition,
+            )
+        if too_big:
+            return
         tps = {TP(name, partition) for name in self.source_names}
         await self.app.consumer.commit(tps)  # flushes the producer first
 

@@ -73,6 +73,9 @@ class JobSlot:
     The wall anchor is not persisted: a restored job restarts its clock at the
     restore time, so downtime is never mistaken for silence of the job.
     ``speed`` is trace seconds per wall second (below 1 for a slowed replay).
+    ``seen_s`` is the wall time of the last record, whatever its trace time:
+    a worker behind on one topic still reads a job's older completions after
+    its state records reached the job's end, and the job is not idle then.
     """
 
     job_id: str
@@ -82,6 +85,7 @@ class JobSlot:
     anchor_s: float = 0.0
     dirty: bool = True  # changed since its last snapshot
     speed: float = 1.0
+    seen_s: float = 0.0
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
         """Advance the trace clock with a record's time seen at ``wall_s``."""
@@ -98,7 +102,7 @@ class JobSlot:
         """
         self.observe(record_time_ns(record), wall_s)
         self.engine.ingest(record, self.trace_ns)
-        self.dirty = True
+        self.dirty, self.seen_s = True, wall_s
 
     def now_ns(self, wall_s: float) -> int:
         """Current time of the job on its trace clock, ns (0: nothing seen)."""
@@ -112,6 +116,35 @@ def dump_slot(slot: JobSlot) -> bytes:
     """Serialize a slot's engine and trace clock (zlib-compressed pickle)."""
     payload = (SNAPSHOT_VERSION, slot.job_id, slot.trace_ns, slot.engine)
     return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+MAX_MESSAGE_BYTES = 16 << 20
+"""Largest record the worker produces (its producer's request size and the
+snapshot topic's ``max.message.bytes``). A 1,024-rank job's engine snapshot
+is ~2.5 MB compressed, ~5 MB during a slowdown incident."""
+
+SNAPSHOT_MAX_BYTES = MAX_MESSAGE_BYTES - (64 << 10)
+"""Largest snapshot written: the rest is headroom for its key and framing."""
+
+
+def dump_changed(
+    slots: Iterable[JobSlot], limit: int = SNAPSHOT_MAX_BYTES
+) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Snapshots of the slots changed since their last one, and the size of
+    each snapshot over ``limit``, which is not returned and whose slot stays
+    changed (a record over the producer's limit would stop the worker)."""
+    blobs: dict[str, bytes] = {}
+    too_big: dict[str, int] = {}
+    for slot in slots:
+        if not slot.dirty:
+            continue
+        blob = dump_slot(slot)
+        if len(blob) > limit:
+            too_big[slot.job_id] = len(blob)
+            continue
+        blobs[slot.job_id] = blob
+        slot.dirty = False
+    return blobs, too_big
 
 
 def load_slot(
@@ -174,11 +207,17 @@ class JobRouter:
         return n
 
     def evict_idle(self, partition: int, wall_s: float, idle_s: float) -> list[str]:
-        """Forget the jobs of ``partition`` silent for ``idle_s``; return their ids."""
+        """Forget the jobs of ``partition`` without a record for ``idle_s``;
+        return their ids.
+
+        A record that does not advance the job's clock counts too: evicting
+        a job whose older records still arrive restarts it from nothing,
+        without its topology, and its completions never join.
+        """
         gone = [
             j
             for j, s in self.slots.items()
-            if s.partition == partition and wall_s - s.anchor_s > idle_s
+            if s.partition == partition and wall_s - max(s.anchor_s, s.seen_s) > idle_s
         ]
         for job_id in gone:
             del self.slots[job_id]

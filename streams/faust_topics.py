@@ -5,6 +5,7 @@ from __future__ import annotations
 from confluent_kafka.cimpl import NewTopic
 
 from mycroft.kafka_client import create_missing, create_topics
+from mycroft.streams.faust_runtime import MAX_MESSAGE_BYTES
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.topics import TopicSet
 
@@ -54,7 +55,10 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
             changelog_topic(settings, table),
             num_partitions=settings.partitions,
             replication_factor=1,
-            config={"cleanup.policy": policy, "max.message.bytes": str(16 << 20)},
+            config={
+                "cleanup.policy": policy,
+                "max.message.bytes": str(MAX_MESSAGE_BYTES),
+            },
         )
         for table, policy in TABLES.items()
     ]

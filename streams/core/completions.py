@@ -254,6 +254,13 @@ def _gather(
     return out
 
 
+MAX_PARTIAL_ROWS = 200_000
+"""Most rows of partial collectives a tracker holds. A 1,024-rank job has
+~20,000 (each in-flight op's members, until the last reports); a job whose
+communicator sizes never arrived (no topology record) would otherwise hold
+every completion for ``completion_timeout_s``, tens of MB in its snapshot."""
+
+
 class CompletionTracker:
     """Joins per-rank completions into collectives, a block of batches at a time.
 
@@ -449,16 +456,24 @@ class CompletionTracker:
         )
         return self._prev_keys[at] == keys, at
 
-    def expire(self, now_ns: int, timeout_ns: int) -> None:
+    def expire(
+        self, now_ns: int, timeout_ns: int, max_rows: int = MAX_PARTIAL_ROWS
+    ) -> None:
         """Drop partial collectives whose first row arrived over
-        ``timeout_ns`` before ``now_ns`` (a member that never reports)."""
+        ``timeout_ns`` before ``now_ns`` (a member that never reports), and
+        the oldest ones while more than ``max_rows`` rows are partial."""
         rows = self._rows
         if rows is None or not len(rows):
             return
         comm, seq = rows["comm"], rows["seq"]
         starts = np.flatnonzero(run_starts(comm, seq))
         count = np.diff(np.r_[starts, len(rows)])
-        old = now_ns - np.minimum.reduceat(self._at, starts) > timeout_ns
+        first = np.minimum.reduceat(self._at, starts)
+        old = now_ns - first > timeout_ns
+        if len(rows) > max_rows:
+            newest = np.argsort(-first, kind="stable")  # ties: the earlier kept
+            kept = np.cumsum(count[newest]) <= max_rows
+            old[newest[~kept]] = True
         if old.any():
             keep = ~np.repeat(old, count)
             self._rows, self._at = rows[keep], self._at[keep]

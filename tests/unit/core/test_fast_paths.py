@@ -131,6 +131,20 @@ def _deliveries(
         rows = rows[k:]
 
 
+def test_tracker_drops_the_oldest_partial_collectives_over_its_row_cap() -> None:
+    """Without communicator sizes nothing joins: the tracker keeps at most
+    ``max_rows`` partial rows, the newest collectives, besides the timeout."""
+    tracker = CompletionTracker()
+    for seq in range(10):  # two ranks report each op, one batch per op
+        pair = [(0, 5, seq, 0, 64, MS), (1, 5, seq, 0, 64, MS)]
+        tracker.ingest(_batch(pair), {}, seq)
+    tracker.join({})
+    tracker.expire(now_ns=9, timeout_ns=10**9, max_rows=7)
+    assert sorted(set(tracker.signature_rows()["seq"].tolist())) == [7, 8, 9]
+    tracker.expire(now_ns=10**9 + 8, timeout_ns=10**9)  # 7 arrived over 1 s ago
+    assert sorted(set(tracker.signature_rows()["seq"].tolist())) == [8, 9]
+
+
 def test_tracker_joins_each_collective_once_as_the_naive_join_does() -> None:
     # Comm hashes above 2^63 check the unsigned grouping order too.
     members = {(1 << 63) + 5: [0, 1, 2, 3, 4, 5, 6, 7], 17: [3, 11], 9: [0, 8, 16, 24]}

@@ -21,6 +21,7 @@ from mycroft.streams.faust_runtime import (
     JobSlot,
     add_counts,
     comm_ops,
+    dump_changed,
     dump_slot,
     is_fresh,
     load_slot,
@@ -123,6 +124,36 @@ def test_idle_jobs_of_a_partition_are_evicted() -> None:
     other.observe(T0, wall_s=10.0)
     assert router.evict_idle(0, wall_s=150.0, idle_s=120.0) == ["old"]
     assert sorted(router.slots) == ["fresh", "o"]  # other partitions untouched
+
+
+def test_a_job_still_reading_older_records_is_not_evicted() -> None:
+    """Behind on its completions, a worker reads a job's older records long
+    after its state records reached the job's end: the clock stands still,
+    the job is not idle."""
+    router = JobRouter(FakeEngine)
+    slot = router.slot("j", 0)
+    slot.ingest(state_batch(600), wall_s=10.0)  # tick 60 s into the job
+    slot.ingest(completion_batch(), wall_s=140.0)  # its first tick
+    assert slot.trace_ns == T0 + 60_000_000_000  # the late record did not move it
+    assert router.evict_idle(0, wall_s=150.0, idle_s=120.0) == []
+    assert router.evict_idle(0, wall_s=261.0, idle_s=120.0) == ["j"]
+
+
+def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
+    """A snapshot the producer would refuse (which stops the worker) is
+    returned as a size; its slot stays changed for the next snapshot."""
+    rng = np.random.default_rng(0)
+    small = JobSlot("small", 0, FakeEngine("small", seen=[1]))
+    big = JobSlot(
+        "big", 0, FakeEngine("big", seen=rng.integers(0, 2**62, 4000).tolist())
+    )
+    quiet = JobSlot("quiet", 0, FakeEngine("quiet"), dirty=False)
+    blobs, too_big = dump_changed([small, big, quiet], limit=10_000)
+    assert (
+        list(blobs) == ["small"] and load_slot(blobs["small"], 0, 0.0).job_id == "small"
+    )
+    assert list(too_big) == ["big"] and too_big["big"] > 10_000
+    assert big.dirty and not small.dirty
 
 
 def test_snapshot_roundtrip_restarts_clock_at_restore() -> None:
