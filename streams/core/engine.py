@@ -363,10 +363,10 @@ def _better(culprits: list[Culprit], inc: Incident, *, again: bool) -> bool:
     must not stand for the rest of the incident), and not for one round
     only (a rule whose conditions hold in one window flickers). So does a
     slowdown's published runner-up that now leads alone, proposed twice
-    (``_runner_up_alone``). Otherwise an uncapped
-    answer is not revised at equal confidence: live, a worker's partial view
-    (a lost rank seen alive again after a restore or a rebalance) would
-    otherwise flip a right answer to a wrong one.
+    (``_runner_up_alone``). Otherwise an uncapped answer is not revised at
+    equal confidence: live, a worker's partial view (a lost rank seen alive
+    again after a restore or a rebalance) would flip a right answer to a
+    wrong one.
     """
     top = culprits[0].confidence
     if top > inc.top_conf:
