@@ -56,6 +56,7 @@ from bench.campaign_offline import (  # noqa: E402
     HANG_KINDS,
     SHAPES,
     aggregate,
+    fault_duration,
     plot,
     source_commit,
 )
@@ -429,7 +430,8 @@ def main() -> int:
         "commit": commit,
         "ranks": a.ranks, "seeds": _seeds_per_fault(rows), "workers": a.workers,
         "two_stage": a.two_stage, "comm_groups": a.comm_groups if a.two_stage else None,
-        "concurrency": a.concurrency, "duration_s": a.duration, "speed": a.speed,
+        "concurrency": a.concurrency, "speed": a.speed,
+        "duration_s": fault_duration(rows, a.duration),
         "wall_s": wall,
         "per_fault": aggregate(rows), "paper": paper_comparison(rows), "rows": rows,
     }  # fmt: skip

@@ -176,7 +176,7 @@ def plot(doc: dict[str, Any], png: Path = PNG) -> None:
     fig.savefig(png, dpi=110)
 
 
-def _fault_duration(rows: list[dict[str, Any]], default: float) -> float:
+def fault_duration(rows: list[dict[str, Any]], default: float) -> float:
     """The trace length of the part's fault runs (an ``--append`` of healthy
     runs alone keeps the faults' length), ``default`` if they differ."""
     lengths = {r["duration_s"] for r in rows if r["fault"] != "healthy"}
@@ -216,7 +216,7 @@ def _save(  # noqa: PLR0913, PLR0917 - private helper of main
         "commit": commit,
         "shape": {"tp": tp, "pp": pp, "dp": dp},
         "seeds_per_fault": _seeds_per_fault(rows),
-        "duration_s": _fault_duration(rows, args.duration),
+        "duration_s": fault_duration(rows, args.duration),
         "workers": args.workers,
         "wall_s": wall,
         "per_fault": aggregate(rows),
