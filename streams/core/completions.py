@@ -190,15 +190,26 @@ class CollectiveStat:
 
 class Members:
     """Every member of a block of collectives as flat columns (ops in block
-    order, members in op order then member order) and the per-op reductions
-    over them: the arithmetic of ``CollectiveStat`` for all ops at once."""
+    order, members in op order then member order), each op's keys (``comm``,
+    ``kind``, ``nbytes``) and the per-op reductions over the members: the
+    arithmetic of ``CollectiveStat`` for all ops at once."""
 
     def __init__(self, stats: Sequence[CollectiveStat]) -> None:
-        self.size = np.fromiter((len(s.ranks) for s in stats), np.int64, len(stats))
+        n = len(stats)
+        self.comm = np.fromiter((s.comm for s in stats), np.uint64, n)
+        self.kind = np.fromiter((s.kind for s in stats), np.int64, n)
+        self.nbytes = np.fromiter((s.nbytes for s in stats), np.int64, n)
+        self.size = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
         self.op = np.repeat(np.arange(len(stats)), self.size)
         self._at = np.r_[0, np.cumsum(self.size)[:-1]]
         self.rank, self.issue, start, self.end = _gather(stats, self.size, self._at)
         self.begin = np.where(start > 0, start, self.issue)  # as ``begin_ns``
+
+    def ranks_of(self, op: int) -> np.ndarray:
+        """The ranks of op ``op``, in member order."""
+        at = int(self._at[op])
+        out: np.ndarray = self.rank[at : at + int(self.size[op])]
+        return out
 
     def per_op(self, ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
         """``ufunc`` reduced over each op's members (every op has one)."""

@@ -65,12 +65,8 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     if not done:
         return []
     cfg, fam = ctx.cfg, ctx.book.families
-    stats = [d[0] for d in done]
-    n = len(stats)
-    comm = np.fromiter((s.comm for s in stats), np.uint64, n)
-    m = _metrics(stats, comm)
-    kind = np.fromiter((s.kind for s in stats), np.int64, n)
-    bucket = size_buckets(np.fromiter((s.nbytes for s in stats), np.int64, n))
+    mem = Members([d[0] for d in done])
+    m, comm, kind, bucket = _metrics(mem), mem.comm, mem.kind, size_buckets(mem.nbytes)
     op_floor = cfg.slow_abs_floor_s * 1e9
     span, xfer = (
         _observe(fam[name], (comm, kind, bucket), name, v, op_floor, ctx)
@@ -78,7 +74,7 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     )
     floors = np.maximum(cfg.late_floor_s * 1e9, 0.5 * span.median_before)
     late = _observe_late(fam["late"], m, np.repeat(floors, m.size), ctx)
-    late_fired = np.zeros(n, bool)
+    late_fired = np.zeros(len(done), bool)
     np.logical_or.at(late_fired, m.op, late.fired)
     quiet = np.flatnonzero(~(span.fired | xfer.fired | late_fired))
     _observe(fam["span_any"], (comm[quiet],), "span_any", m.queued[quiet], 1e18, ctx)
@@ -136,20 +132,19 @@ class _Metrics:
         self.late = np.zeros(n_members)
 
 
-def _metrics(stats: list[CollectiveStat], comm: np.ndarray) -> _Metrics:
+def _metrics(mem: Members) -> _Metrics:
     """Compute every op's span, xfer, queued span and every member's lateness
     over the members of all ops at once (the arithmetic of ``CollectiveStat``;
-    every op has a member). ``comm``: each op's comm."""
-    mem = Members(stats)
-    m = _Metrics(len(stats), len(mem.op))
-    if not len(stats):
+    every op has a member)."""
+    m = _Metrics(len(mem.size), len(mem.op))
+    if not len(mem.size):
         return m
     m.size, m.op, m.rank = mem.size, mem.op, mem.rank
     last_end = mem.per_op(np.maximum, mem.end)
     m.span[:] = last_end - mem.per_op(np.minimum, mem.begin)
     m.xfer[:] = mem.per_op(np.minimum, mem.end - mem.begin)
     m.queued[:] = last_end - mem.per_op(np.minimum, mem.issue)
-    m.comm = np.repeat(comm, mem.size)
+    m.comm = np.repeat(mem.comm, mem.size)
     m.late = mem.off_median(mem.begin)
     return m
 

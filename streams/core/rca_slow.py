@@ -143,7 +143,7 @@ def _late_scores(
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
     early_floor = ctx.cfg.late_floor_s * 1e9
-    e = _member_rows(stats, early_floor, mem)
+    e = _member_rows(Members(stats) if mem is None else mem, early_floor)
     comm, rank = e["comm"], e["rank"]
     excess = e["late"] - _late_medians(ctx, comm, rank)
     early = set(rank[excess < -e["cut"]].tolist())
@@ -201,17 +201,13 @@ _MEMBER_ROW = np.dtype(
 )
 
 
-def _member_rows(
-    stats: Sequence[CollectiveStat], early_floor: float, mem: Members | None = None
-) -> np.ndarray:
+def _member_rows(mem: Members, early_floor: float) -> np.ndarray:
     """One row per (op, member), in op order then member order: the member's
     lateness and end lag (against the op's medians) and the op's early cut
     (``max(0.3 x span, early_floor)``), over all members at once (a
     1,024-rank slowdown reads ~60k ops)."""
-    mem = mem or Members(stats)
     out = np.empty(len(mem.op), dtype=_MEMBER_ROW)
-    comm = np.fromiter((st.comm for st in stats), np.uint64, len(stats))
-    out["comm"] = np.repeat(comm, mem.size)
+    out["comm"] = np.repeat(mem.comm, mem.size)
     out["rank"] = mem.rank
     out["late"] = mem.off_median(mem.begin)
     out["end_lag"] = mem.off_median(mem.end)
@@ -276,6 +272,7 @@ def explain_slowdown(
         stats,
         span,
         singles=singles,
+        mem=mem,
         spans=spans,
     )
     weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
@@ -644,29 +641,25 @@ def _score_backlog(
 
 
 def _intra_host_slowdown(
-    ctx: DetectContext,
-    stats: Sequence[CollectiveStat],
-    spans: np.ndarray | None = None,
+    ctx: DetectContext, mem: Members, spans: np.ndarray | None = None
 ) -> dict[str, float]:
     """Per host with intra-host collectives: +1 if their spans are slower than
     the other hosts' intra-host collectives of the same (op kind, size), else
     -1 (a peer comparison: a temporal baseline of sub-ms spans absorbs a
-    slowdown below its absolute floor). ``spans``: each op's ``span_ns``,
-    when the caller has them.
+    slowdown below its absolute floor). ``spans``: each op's ``span_ns``
+    (default ``mem.span()``).
 
     A comm is intra-host when its first op's members (two or more) share
     one host. The per-op work is columnar (one median per (kind, size,
     host) group); only the per-host ratios are Python.
     """
-    n = len(stats)
-    if not n:
+    if not len(mem.size):
         return {}
-    comm = np.fromiter((st.comm for st in stats), np.uint64, n)
-    _, first, which = np.unique(comm, return_index=True, return_inverse=True)
+    _, first, which = np.unique(mem.comm, return_index=True, return_inverse=True)
     names: dict[str, int] = {}
     host_of_comm = np.full(len(first), -1, np.int64)
     for j, i in enumerate(first.tolist()):
-        ranks = stats[i].ranks.tolist()
+        ranks = mem.ranks_of(i).tolist()
         on = {ctx.topo.host_of(r) for r in ranks}
         if len(ranks) >= 2 and len(on) == 1:
             host_of_comm[j] = names.setdefault(on.pop(), len(names))
@@ -675,9 +668,8 @@ def _intra_host_slowdown(
     if not keep.any():
         return {}
     if spans is None:
-        spans = Members(stats).span()
-    kind = np.fromiter((st.kind for st in stats), np.int64, n)[keep]
-    size = size_buckets(np.fromiter((st.nbytes for st in stats), np.int64, n))[keep]
+        spans = mem.span()
+    kind, size = mem.kind[keep], size_buckets(mem.nbytes[keep])
     host = host[keep]
     group, rows = group_ids(kind, size, host)
     _, med = group_medians(group, spans[keep].astype(np.float64))
@@ -704,6 +696,7 @@ def _score_whole_hosts(
     span: float,
     *,
     singles: frozenset[int] | set[int] = frozenset(),
+    mem: Members | None = None,
     spans: np.ndarray | None = None,
 ) -> set[int]:
     """Every rank of a host arrives late: one cause (a host-wide GPU load),
@@ -720,9 +713,13 @@ def _score_whole_hosts(
     late too), so the score is bounded, and the representatives returned
     (the caller caps their confidence) are those named on the host's timing
     alone: a GPU late on its own median and last inside its host is not (a
-    NIC does not slow one GPU inside its host's own groups)."""
+    NIC does not slow one GPU inside its host's own groups). ``mem`` and
+    ``spans``: ``Members(stats)`` and its spans, when the caller has them."""
     reps: set[int] = set()
-    intra = _intra_host_slowdown(ctx, stats, spans) if late else {}
+    if late:
+        intra = _intra_host_slowdown(ctx, Members(stats) if mem is None else mem, spans)
+    else:
+        intra = {}
     hosts = {ctx.topo.host_of(r) for r in late}
     for host in sorted(hosts):
         mates = ctx.topo.ranks_on_host(host)

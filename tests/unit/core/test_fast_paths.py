@@ -427,7 +427,7 @@ def _intra_host_reference(
 def test_intra_host_slowdown_in_columns_matches_the_per_op_loop(fed: Analyzer) -> None:
     stats = list(fed.stats)
     spans = [float(s.span_ns) for s in stats]
-    assert _intra_host_slowdown(fed.ctx, stats) == _intra_host_reference(
+    assert _intra_host_slowdown(fed.ctx, Members(stats)) == _intra_host_reference(
         fed.ctx, stats, spans
     )
     # node0002's own collectives three times slower: it alone stands out.
@@ -436,7 +436,7 @@ def test_intra_host_slowdown_in_columns_matches_the_per_op_loop(fed: Analyzer) -
         3 * v if {host(r) for r in s.ranks.tolist()} == {"node0002"} else v
         for s, v in zip(stats, spans, strict=True)
     ]
-    got = _intra_host_slowdown(fed.ctx, stats, np.array(slowed, np.int64))
+    got = _intra_host_slowdown(fed.ctx, Members(stats), np.array(slowed, np.int64))
     assert got == _intra_host_reference(fed.ctx, stats, slowed)
     assert [h for h, v in got.items() if v > 0] == ["node0002"]
     assert len(got) >= 4
@@ -671,8 +671,10 @@ def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
     for rnd in range(3):
         n_ops, world = 5 + rnd, 4
         rows = empty(DONE_OP_COLUMNS, n_ops * world)
-        rows["comm"] = 9
+        rows["comm"] = 9 + rnd
         rows["seq"] = np.repeat(np.arange(n_ops) + 10 * rnd, world)
+        rows["kind"] = rnd
+        rows["bytes"] = np.repeat(2 ** np.arange(n_ops), world)
         rows["rank"] = np.tile(np.arange(world), n_ops)
         rows["issue_ns"] = rng.integers(1, 10**6, len(rows))
         rows["start_ns"] = np.where(
@@ -697,3 +699,11 @@ def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
         want = np.concatenate([getattr(s, name) for s in order])
         assert got.tolist() == want.tolist()
     assert mem.span().tolist() == [s.span_ns for s in order]
+    keys = (mem.comm, mem.kind, mem.nbytes)
+    assert [k.tolist() for k in keys] == [
+        [s.comm for s in order],
+        [s.kind for s in order],
+        [s.nbytes for s in order],
+    ]
+    for i in (0, len(order) // 2, len(order) - 1):
+        assert mem.ranks_of(i).tolist() == order[i].ranks.tolist()

@@ -16,7 +16,7 @@ import numpy as np
 
 from mycroft.schemas.vocab import Component
 from mycroft.streams.core.baseline import BaselineBook
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.progress import ProgressStore
@@ -77,13 +77,15 @@ def _intra_stats(slow_host: int | None):
 
 def test_intra_host_slowdown_is_a_peer_comparison():
     ctx = _ctx()
-    assert _intra_host_slowdown(ctx, _intra_stats(2)) == {
+    assert _intra_host_slowdown(ctx, Members(_intra_stats(2))) == {
         "h0": -1.0,
         "h1": -1.0,
         "h2": 1.0,
         "h3": -1.0,
     }
-    assert all(v < 0 for v in _intra_host_slowdown(ctx, _intra_stats(None)).values())
+    assert all(
+        v < 0 for v in _intra_host_slowdown(ctx, Members(_intra_stats(None))).values()
+    )
 
 
 def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
