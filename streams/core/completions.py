@@ -56,10 +56,10 @@ class CollectiveStat:
     job completes ~19,000 collectives a second, and a frozen dataclass's
     ``__init__`` and per-instance dictionary cost several times more than
     the op's own arithmetic (:meth:`CompletionTracker.join` fills the slots
-    directly). ``_block`` holds rank, issue, start and end of the op's
-    members from ``_at`` on: the columns of every op of one join round, so
-    that :class:`Members` reads a thousand ops with one gather, not one
-    array each.
+    directly). ``_block`` holds rank, issue, start, end and previous issue
+    of the op's members from ``_at`` on: the columns of every op of one join
+    round (or snapshot), so that :class:`Members` and snapshots read a
+    thousand ops with one gather, not one array each.
     """
 
     __slots__ = (
@@ -100,7 +100,9 @@ class CollectiveStat:
         self.last_end_ns = int(end_ns.max())
         self._begin: np.ndarray | None = None
         self._span: int | None = None
-        self._block = np.stack([ranks.astype(np.int64), issue_ns, start_ns, end_ns])
+        self._block = np.stack(
+            [ranks.astype(np.int64), issue_ns, start_ns, end_ns, prev_issue_ns]
+        )
         self._at = 0
 
     def __repr__(self) -> str:
@@ -241,10 +243,11 @@ class Members:
 
 
 def _gather(
-    stats: Sequence[CollectiveStat], size: np.ndarray, at: np.ndarray
+    stats: Sequence[CollectiveStat], size: np.ndarray, at: np.ndarray, rows: int = 4
 ) -> np.ndarray:
-    """Rank, issue, start and end of every member of ``stats`` (rows of one
-    array), read from the ops' blocks.
+    """The first ``rows`` block rows (rank, issue, start, end, previous
+    issue) of every member of ``stats``, as rows of one array, read from the
+    ops' blocks.
 
     Concatenating one small array per op costs ~85 ms a column for the
     ~50,000 ops of a 1,024-rank window; the ops of one join round share a
@@ -253,7 +256,7 @@ def _gather(
     """
     n = len(stats)
     if not n:
-        return np.zeros((4, 0), np.int64)
+        return np.zeros((rows, 0), np.int64)
     ident = np.fromiter((id(s._block) for s in stats), np.int64, n)
     offset = np.fromiter((s._at for s in stats), np.int64, n)
     _, first, which = np.unique(ident, return_index=True, return_inverse=True)
@@ -261,7 +264,89 @@ def _gather(
     base = np.cumsum([0] + [b.shape[1] for b in blocks[:-1]])
     begin = base[which] + offset
     index = np.repeat(begin - at, size) + np.arange(int(size.sum()))
-    out: np.ndarray = np.concatenate(blocks, axis=1)[:, index]
+    out: np.ndarray = np.concatenate([b[:rows] for b in blocks], axis=1)[:, index]
+    return out
+
+
+def pack_stats(stats: Sequence[CollectiveStat]) -> tuple[np.ndarray, np.ndarray]:
+    """``stats`` as two arrays: one row per op (comm, seq, kind, nbytes,
+    members) and the five member columns of every op (:func:`unpack_stats`
+    inverts it). A snapshot holds thousands of ops; pickling each one's
+    arrays costs ~30 us an op, these two a few ms in all."""
+    n = len(stats)
+    ops = np.empty(n, _PACKED_OP)
+    ops["comm"] = np.fromiter((s.comm for s in stats), np.uint64, n)
+    ops["seq"] = np.fromiter((s.seq for s in stats), np.int64, n)
+    ops["kind"] = np.fromiter((s.kind for s in stats), np.int64, n)
+    ops["nbytes"] = np.fromiter((s.nbytes for s in stats), np.int64, n)
+    ops["size"] = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
+    at = np.r_[0, np.cumsum(ops["size"])[:-1]]
+    return ops, _gather(stats, ops["size"], at, rows=5)
+
+
+def unpack_stats(ops: np.ndarray, block: np.ndarray) -> list[CollectiveStat]:
+    """The ops of :func:`pack_stats`, sharing ``block`` (ranks as int32,
+    the completion rows' type)."""
+    size = ops["size"]
+    at = np.r_[0, np.cumsum(size)[:-1]].astype(np.int64)
+    return _make_stats(
+        (
+            ops["comm"].tolist(),
+            ops["seq"].tolist(),
+            ops["kind"].tolist(),
+            ops["nbytes"].tolist(),
+        ),
+        block[0].astype(np.int32),
+        block,
+        at,
+        size,
+    )
+
+
+_PACKED_OP = np.dtype(
+    [
+        ("comm", "<u8"),
+        ("seq", "<i8"),
+        ("kind", "<i8"),
+        ("nbytes", "<i8"),
+        ("size", "<i8"),
+    ]
+)
+
+
+_OpKeys = tuple[list[int], list[int], list[int], list[int]]
+
+
+def _make_stats(
+    keys: _OpKeys,
+    ranks: np.ndarray,
+    block: np.ndarray,
+    at: np.ndarray,
+    count: np.ndarray,
+) -> list[CollectiveStat]:
+    """One :class:`CollectiveStat` per run of ``count`` members of ``block``
+    (rows rank, issue, start, end, previous issue) from ``at`` on; ``keys``:
+    the ops' comm, seq, kind and nbytes lists. ``CollectiveStat.__init__``'s
+    work, with the reductions done for every op at once."""
+    if not len(count):
+        return []
+    comm, seq, kind, size = keys
+    issue_ns, start_ns, end_ns, prev_issue = block[1], block[2], block[3], block[4]
+    first_issue = np.minimum.reduceat(issue_ns, at).tolist()
+    last_end = np.maximum.reduceat(end_ns, at).tolist()
+    out = []
+    bounds = zip(at.tolist(), (at + count).tolist(), strict=True)
+    new = object.__new__
+    for i, (lo, hi) in enumerate(bounds):
+        stat = new(CollectiveStat)
+        stat.comm, stat.seq, stat.kind, stat.nbytes = comm[i], seq[i], kind[i], size[i]
+        stat.ranks, stat.issue_ns = ranks[lo:hi], issue_ns[lo:hi]
+        stat.start_ns, stat.end_ns = start_ns[lo:hi], end_ns[lo:hi]
+        stat.prev_issue_ns = prev_issue[lo:hi]
+        stat.first_issue_ns, stat.last_end_ns = first_issue[i], last_end[i]
+        stat._begin = stat._span = None
+        stat._block, stat._at = block, lo
+        out.append(stat)
     return out
 
 
@@ -383,37 +468,16 @@ class CompletionTracker:
         if not agree.all():
             self._keep_odd(rows[np.repeat(~agree, count)])
         prev_issue = self._prev_issue(cols[4], cols[5], cols[0], cols[1])
-        block = np.stack([cols[0].astype(np.int64), cols[1], cols[2], cols[3]])
-        issue_ns, start_ns, end_ns = block[1], block[2], block[3]
-        first_issue = np.minimum.reduceat(cols[1], at).tolist()
-        last_end = np.maximum.reduceat(cols[3], at).tolist()
-        comm, seq = cols[4][at].tolist(), cols[5][at].tolist()
+        block = np.stack([cols[0].astype(np.int64), *cols[1:4], prev_issue])
         kind, size = kinds[at].tolist(), nbytes[at].tolist()
-        out = []
-        bounds = zip(at.tolist(), (at + count).tolist(), strict=True)
-        new = object.__new__
-        for i, (lo, hi) in enumerate(bounds):
+        for i in np.flatnonzero(~agree).tolist():
+            lo, hi = int(at[i]), int(at[i] + count[i])
             if not one_kind[i]:
                 kind[i] = _majority(kinds[lo:hi])
             if not one_size[i]:
                 size[i] = int(small_median(nbytes[lo:hi]))
-            # CollectiveStat.__init__'s work, with the reductions done for
-            # every op at once.
-            stat = new(CollectiveStat)
-            stat.comm, stat.seq, stat.kind, stat.nbytes = (
-                comm[i],
-                seq[i],
-                kind[i],
-                size[i],
-            )
-            stat.ranks, stat.issue_ns = cols[0][lo:hi], issue_ns[lo:hi]
-            stat.start_ns, stat.end_ns = start_ns[lo:hi], end_ns[lo:hi]
-            stat.prev_issue_ns = prev_issue[lo:hi]
-            stat.first_issue_ns, stat.last_end_ns = first_issue[i], last_end[i]
-            stat._begin = stat._span = None
-            stat._block, stat._at = block, lo
-            out.append(stat)
-        return out
+        keys = (cols[4][at].tolist(), cols[5][at].tolist(), kind, size)
+        return _make_stats(keys, cols[0], block, at, count)
 
     def _keep_odd(self, rows: np.ndarray, keep_rows: int = 4096) -> None:
         """Keep the rows of completed collectives whose members disagree on
@@ -556,14 +620,26 @@ class RecentStats:
             (kept[-1].last_end_ns for kept in self._by_comm.values() if kept), default=0
         )
 
-    def keep_since(self, t_ns: int) -> None:
-        """Forget collectives that ended before ``t_ns`` (snapshots)."""
-        for comm in list(self._by_comm):
-            kept = [s for s in self._by_comm[comm] if s.last_end_ns >= t_ns]
+    def kept_since(self, t_ns: int) -> RecentStats:
+        """A copy holding the collectives that ended at or after ``t_ns``
+        (snapshots), the same ops in the same order per comm."""
+        out = RecentStats(self.per_comm)
+        for comm, ops in self._by_comm.items():
+            kept = [s for s in ops if s.last_end_ns >= t_ns]
             if kept:
-                self._by_comm[comm] = deque(kept, maxlen=self.per_comm)
-            else:
-                del self._by_comm[comm]
+                out._by_comm[comm] = deque(kept, maxlen=self.per_comm)
+        return out
+
+    def __getstate__(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """Pickle (worker snapshots) as columns: see :func:`pack_stats`."""
+        ops = list(chain.from_iterable(self._by_comm.values()))
+        return (self.per_comm, *pack_stats(ops))
+
+    def __setstate__(self, state: tuple[int, np.ndarray, np.ndarray]) -> None:
+        """Restore from :meth:`__getstate__`."""
+        per_comm, ops, block = state
+        self.per_comm, self._by_comm = per_comm, {}
+        self.extend(unpack_stats(ops, block))
 
     def __len__(self) -> int:
         return sum(len(kept) for kept in self._by_comm.values())

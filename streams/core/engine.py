@@ -141,10 +141,7 @@ class Analyzer:
             since = self.stats.newest_ns() - _SNAPSHOT_STATS_NS
             if self.incident is not None:
                 since = min(since, self.incident.onset_ns)
-            kept = RecentStats(self.stats.per_comm)
-            for s in self.stats.since(since):
-                kept.append(s)
-            state["stats"] = kept
+            state["stats"] = self.stats.kept_since(since)
         return state
 
     def ingest(self, record: Record, now_ns: int) -> None:

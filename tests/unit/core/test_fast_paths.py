@@ -46,6 +46,8 @@ from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_fea
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_slow import Lateness, _intra_host_slowdown, _late_scores
 from mycroft.streams.core.rows import group_ids, group_medians
+from mycroft.streams.core.topology import JobTopology
+from tests.unit import samples
 
 MS = 1_000_000
 
@@ -321,8 +323,9 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
     ]
     assert [s.seq for s in recent.since(1009 * MS)] == [998, 999]
     assert recent.newest_ns() == 1010 * MS
-    recent.keep_since(1009 * MS)
-    assert [(s.comm, s.seq) for s in recent] == [(2, 998), (2, 999)]
+    kept = recent.kept_since(1009 * MS)
+    assert [(s.comm, s.seq) for s in kept] == [(2, 998), (2, 999)]
+    assert len(recent) == 5
 
 
 def test_since_orders_by_completion_then_unsigned_comm_then_seq() -> None:
@@ -662,11 +665,9 @@ def test_members_reduce_each_op_as_its_collective_stat_does() -> None:
     assert len(Members([]).op) == 0
 
 
-def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
-    """Ops joined in different rounds (one block each), ops made one by one
-    and ops restored from a snapshot, shuffled: every column equals the
-    ops' own arrays concatenated."""
-    rng = np.random.default_rng(11)
+def _mixed_ops(rng: np.random.Generator) -> list[CollectiveStat]:
+    """Ops joined in three rounds (one block each), ops made one by one and
+    the same restored from pickles, in that order."""
     tracker, stats = CompletionTracker(), []
     for rnd in range(3):
         n_ops, world = 5 + rnd, 4
@@ -687,7 +688,14 @@ def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
                        *rng.integers(1, 10**6, (3, k + 1)), np.full(k + 1, -1))
         for k in range(3)
     ]  # fmt: skip
-    stats += made + [pickle.loads(pickle.dumps(s)) for s in made]
+    return stats + made + [pickle.loads(pickle.dumps(s)) for s in made]
+
+
+def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
+    """Ops of several blocks, shuffled: every column equals the ops' own
+    arrays concatenated."""
+    rng = np.random.default_rng(11)
+    stats = _mixed_ops(rng)
     order = [stats[i] for i in rng.permutation(len(stats))]
     mem = Members(order)
     for got, name in (
@@ -707,3 +715,54 @@ def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
     ]
     for i in (0, len(order) // 2, len(order) - 1):
         assert mem.ranks_of(i).tolist() == order[i].ranks.tolist()
+
+
+_OP_FIELDS = ("comm", "seq", "kind", "nbytes", "first_issue_ns", "last_end_ns")
+_MEMBER_FIELDS = ("ranks", "issue_ns", "start_ns", "end_ns", "prev_issue_ns")
+
+
+def test_recent_stats_pickle_as_columns_and_restore_every_op() -> None:
+    """A snapshot packs the kept ops of every comm into two arrays; each
+    restored op has the original's identity, member columns and spans, in
+    the same order per comm, and reads like the original in ``Members``."""
+    rng = np.random.default_rng(12)
+    stats = _mixed_ops(rng)
+    recent = RecentStats(per_comm=6)
+    recent.extend([stats[i] for i in rng.permutation(len(stats))])
+    back = pickle.loads(pickle.dumps(recent))
+    assert back.per_comm == 6
+    assert len(back) == len(recent) > 12
+    for a, b in zip(recent, back, strict=True):
+        assert [getattr(b, f) for f in _OP_FIELDS] == [
+            getattr(a, f) for f in _OP_FIELDS
+        ]
+        for f in _MEMBER_FIELDS:
+            assert getattr(b, f).tolist() == getattr(a, f).tolist()
+        assert (b.span_ns, b.lateness_ns().tolist()) == (
+            a.span_ns,
+            a.lateness_ns().tolist(),
+        )
+    by_comm = recent._by_comm  # noqa: SLF001 - the order each comm keeps
+    assert {c: [s.seq for s in ops] for c, ops in back._by_comm.items()} == {  # noqa: SLF001
+        c: [s.seq for s in ops] for c, ops in by_comm.items()
+    }
+    old, new = Members(list(recent)), Members(list(back))
+    assert old.span().tolist() == new.span().tolist()
+    assert old.begin.tolist() == new.begin.tolist()
+    assert len(pickle.loads(pickle.dumps(RecentStats()))) == 0
+
+
+def test_topology_pickle_is_reused_until_a_record_changes_it() -> None:
+    """Every snapshot pickles the job's topology (~1 MB at 1,024 ranks): the
+    bytes are kept, and a new host's record makes new ones."""
+    topo = JobTopology()
+    rec = samples.topology()
+    topo.add(rec)
+    assert topo.__getstate__() is topo.__getstate__()
+    assert pickle.loads(pickle.dumps(topo)) == topo
+    other = replace(rec, host="host-1", ranks=(replace(rec.ranks[0], rank=1),))
+    topo.add(other)
+    back = pickle.loads(pickle.dumps(topo))
+    assert back == topo
+    assert back.host_of(1) == "host-1"
+    assert back.comm_sizes() == {samples.COMM: 2}
