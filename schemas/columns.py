@@ -13,6 +13,7 @@ The tables below are the single source of truth for names, dtypes and units;
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -115,8 +116,10 @@ STATE_GROUPS: dict[str, Group] = {
 COMPLETION_GROUPS: dict[str, Group] = {"op": DONE_OP_COLUMNS, "flow": DONE_FLOW_COLUMNS}
 
 
+@lru_cache(maxsize=64)
 def dtype_of(group: Group) -> np.dtype[np.void]:
-    """Return the structured numpy dtype of a row group."""
+    """Return the structured numpy dtype of a row group (cached: every
+    decoded batch asks for its groups' dtypes)."""
     return np.dtype([(c.name, c.dtype) for c in group])
 
 

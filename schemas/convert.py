@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -58,21 +59,26 @@ def _pack_groups(groups: dict[str, Group], arrays: dict[str, np.ndarray]) -> Dat
     return out
 
 
+@lru_cache(maxsize=16)
+def _fields(group_name: str, columns: Group) -> tuple[tuple[str, str, np.dtype], ...]:
+    """Per column of a group: its Avro field, its name and its dtype."""
+    return tuple((f"{group_name}_{c.name}", c.name, np.dtype(c.dtype)) for c in columns)
+
+
 def _unpack_group(group_name: str, columns: Group, datum: Datum) -> np.ndarray:
     n = datum[f"n_{group_name}"]
     if n < 0:
         raise DecodeError("invalid", f"n_{group_name} is negative ({n})")
     arr = empty(columns, n)
-    for c in columns:
-        buf = datum[f"{group_name}_{c.name}"]
-        want = n * np.dtype(c.dtype).itemsize
+    for field, name, dtype in _fields(group_name, columns):
+        buf = datum[field]
+        want = n * dtype.itemsize
         if len(buf) != want:
             raise DecodeError(
                 "invalid",
-                f"column {group_name}_{c.name} holds {len(buf)} bytes, "
-                f"expected {want} for {n} rows",
+                f"column {field} holds {len(buf)} bytes, expected {want} for {n} rows",
             )
-        arr[c.name] = np.frombuffer(buf, dtype=c.dtype)
+        arr[name] = np.frombuffer(buf, dtype=dtype)
     return arr
 
 
