@@ -77,7 +77,6 @@ a restart replays at most that much. A healthy 1,024-rank engine pickles and
 compresses in ~0.2 s on a loaded 2-core machine (0.5 s before its recent
 collectives and topology were pickled as columns and cached bytes), so one
 such job is snapshotted every ~4 s."""
-_RateSums = tuple[Counter[str], Counter[str]]  # chunks per rank, ops per comm
 RATE_STEP_S = 1.0
 """Window step of the rate tables, and how often their sums are written.
 
@@ -157,9 +156,9 @@ class Pipeline:
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
-        # Rate increments per source partition and job, written to the
-        # windowed tables once per RATE_STEP_S; the step they were summed in.
-        self.pending_rates: dict[int, dict[str, _RateSums]] = {}
+        # Completion batches per source partition and job, summed into the
+        # windowed tables once per RATE_STEP_S; the step they arrived in.
+        self.pending_rates: dict[int, dict[str, list[CompletionBatch]]] = {}
         self.rate_step: dict[int, int] = {}
         n = settings.partitions
         raw: dict[str, Any] = {"value_serializer": "raw", "key_serializer": "raw"}
@@ -248,17 +247,13 @@ class Pipeline:
         """Windowed exports per job: chunks per rank (tumbling), completed ops
         per comm (hopping, 5 steps).
 
-        Increments are summed per source partition and job, and written to
-        the tables once per wall-clock step (:meth:`flush_rates`): one
-        changelog message per job and window, whatever the job's size and
-        the batch and tick rates.
+        Batches are kept per source partition and job, and summed and
+        written to the tables once per wall-clock step (:meth:`flush_rates`):
+        one changelog message per job and window, whatever the job's size
+        and the batch and tick rates, and one numpy pass per step, not one
+        per batch (a 1,024-rank job sends hundreds of batches a second).
         """
-        by_job = self.pending_rates.setdefault(partition, {})
-        chunks, ops = by_job.setdefault(job, (Counter(), Counter()))
-        for rank, n in rank_chunks(batch).items():
-            chunks[str(rank)] += n
-        for comm, n in comm_ops(batch).items():
-            ops[f"{comm:x}"] += n
+        self.pending_rates.setdefault(partition, {}).setdefault(job, []).append(batch)
 
     def flush_rates(self, partition: int, wall_s: float) -> None:
         """Write ``partition``'s rate sums of the last finished step to the tables.
@@ -276,11 +271,13 @@ class Pipeline:
         self.rate_step[partition] = step
         at = (last + 0.5) * RATE_STEP_S
         chunks_at, ops_at = self.chunks.clone(at), self.ops.clone(at)
-        for job, (chunks, ops) in self.pending_rates.pop(partition, {}).items():
+        for job, batches in self.pending_rates.pop(partition, {}).items():
+            chunks = {str(r): n for r, n in rank_chunks(batches).items()}
+            ops = {f"{c:x}": n for c, n in comm_ops(batches).items()}
             if chunks:
-                chunks_at[job].apply(add_counts, dict(chunks))
+                chunks_at[job].apply(add_counts, chunks)
             if ops:
-                ops_at[job].apply(add_counts, dict(ops))
+                ops_at[job].apply(add_counts, ops)
 
     async def dead_letter(self, msg: Any, err: DecodeError) -> None:
         """Send undecodable bytes to the dead-letter topic with the reason."""

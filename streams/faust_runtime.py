@@ -258,17 +258,26 @@ def mark_sent(state: Mapping[str, Any] | None, finding: Finding) -> dict[str, An
     return {"incidents": incidents, "anomalies": anomalies}
 
 
-def rank_chunks(batch: CompletionBatch) -> dict[int, int]:
-    """Chunks moved per rank by the ops completed in one batch."""
-    op, flow = batch.op, batch.flow
-    if not len(op) or not len(flow):
+def rank_chunks(batches: Sequence[CompletionBatch]) -> dict[int, int]:
+    """Chunks moved per rank by the ops completed in ``batches`` (a batch
+    whose ops do not account for its flows is left out)."""
+    ok = [
+        b
+        for b in batches
+        if len(b.op)
+        and len(b.flow)
+        and (b.op["nflows"] >= 0).all()
+        and int(b.op["nflows"].sum()) == len(b.flow)
+    ]
+    if not ok:
         return {}
+    op = np.concatenate([b.op[["rank", "nflows"]] for b in ok])
     ranks = np.repeat(op["rank"], op["nflows"])
-    if len(ranks) != len(flow):
-        return {}
-    totals = np.bincount(ranks, weights=flow["chunks"].astype(np.float64))
+    chunks = np.concatenate([b.flow["chunks"] for b in ok]).astype(np.float64)
+    totals = np.bincount(ranks, weights=chunks)
     present = np.unique(ranks)
-    return {int(r): int(totals[r]) for r in present}
+    moved = totals[present].astype(np.int64)
+    return dict(zip(present.tolist(), moved.tolist(), strict=True))
 
 
 def add_counts(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:
@@ -280,13 +289,15 @@ def add_counts(total: dict[str, int], more: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def comm_ops(batch: CompletionBatch) -> dict[int, int]:
-    """Distinct ops completed per communicator in one batch (this host's view)."""
-    op = batch.op
-    if not len(op):
+def comm_ops(batches: Sequence[CompletionBatch]) -> dict[int, int]:
+    """Distinct ops completed per communicator, counted per batch (each
+    host's view) and summed over ``batches``."""
+    ops = [b.op for b in batches if len(b.op)]
+    if not ops:
         return {}
-    _, first = group_ids(op["comm"], op["seq"])  # np.unique(axis=1): 5x slower
+    source = np.repeat(np.arange(len(ops)), [len(o) for o in ops])
+    op = np.concatenate([o[["comm", "seq"]] for o in ops])
+    # group_ids, not np.unique(axis=1): 5x faster.
+    _, first = group_ids(source, op["comm"], op["seq"])
     comms, counts = np.unique(op["comm"][first], return_counts=True)
-    return {
-        int(c): int(n) for c, n in zip(comms.tolist(), counts.tolist(), strict=True)
-    }
+    return dict(zip(comms.tolist(), counts.tolist(), strict=True))

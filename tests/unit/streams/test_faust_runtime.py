@@ -208,11 +208,18 @@ def test_dedup_state_is_json_and_bounded() -> None:
 
 def test_rates_from_completion_batch() -> None:
     batch = completion_batch()
-    assert rank_chunks(batch) == {0: 64, 1: 64}
-    assert comm_ops(batch) == {int(batch.op["comm"][0]): 1}
+    assert rank_chunks([batch]) == {0: 64, 1: 64}
+    assert comm_ops([batch]) == {int(batch.op["comm"][0]): 1}
     empty = completion_batch()
     empty.op = empty.op[:0]
-    assert rank_chunks(empty) == {} and comm_ops(empty) == {}
+    assert rank_chunks([empty]) == {} and comm_ops([empty]) == {}
+    assert rank_chunks([]) == {} and comm_ops([]) == {}
+    # Several batches: chunks add up; each batch counts its own distinct ops
+    # (one host's view), a batch whose flows do not match its ops is left out.
+    broken = completion_batch()
+    broken.flow = broken.flow[:1]
+    assert rank_chunks([batch, empty, broken, batch]) == {0: 128, 1: 128}
+    assert comm_ops([batch, empty, batch]) == {int(batch.op["comm"][0]): 2}
 
 
 def test_comm_ops_counts_distinct_ops_per_comm() -> None:
@@ -226,7 +233,7 @@ def test_comm_ops_counts_distinct_ops_per_comm() -> None:
     naive: dict[int, set[int]] = {}
     for c, q in zip(op["comm"].tolist(), op["seq"].tolist(), strict=True):
         naive.setdefault(c, set()).add(q)
-    assert comm_ops(batch) == {c: len(q) for c, q in naive.items()}
+    assert comm_ops([batch]) == {c: len(q) for c, q in naive.items()}
 
 
 def test_rate_window_values_add_up_without_changing_their_input() -> None:
