@@ -73,6 +73,27 @@ def _rca_cost(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _snapshot_cost(r: dict[str, Any]) -> list[str]:
+    return [
+        "One job's engine snapshot as a worker writes it (pickle + zlib) and "
+        "restores it, after a simulated job of "
+        f"{r['trace_s']:g} trace s fed to one analyzer in process; CPU s, median "
+        f"(least) of {r['repeat']} on {r['cpus']} CPUs. Snapshots may take "
+        f"{r['budget']:.0%} of a worker's time, which spaces a big job's "
+        f"snapshots. Source {r['commit']}.",
+        "",
+        "| ranks | job | collectives kept | snapshot (MB) | dump (s) | restore (s) "
+        "| snapshot every (s) |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {x['ranks']} | {x['job']} | {x['collectives_kept']:,} | "
+            f"{x['snapshot_mb']} | {x['dump_s']} ({x['dump_min_s']}) | "
+            f"{x['restore_s']} ({x['restore_min_s']}) | {x['snapshot_every_s']} |"
+            for x in r["rows"]
+        ),
+    ]
+
+
 def _ingest_cost(r: dict[str, Any]) -> list[str]:
     return [
         "One analyzer fed a healthy simulated job in process (every record "
@@ -156,6 +177,11 @@ RENDERERS: dict[str, Renderer] = {
         "Analyzer cost per second of a healthy job",
         "python bench/ingest_cost.py",
         _ingest_cost,
+    ),
+    "snapshot_cost": (
+        "Worker snapshot of one job's engine: cost and size",
+        "python bench/snapshot_cost.py",
+        _snapshot_cost,
     ),
     "agent_footprint": (
         "Node agent footprint",
