@@ -66,6 +66,18 @@ def source_commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
+def cost_args(doc: str | None, out: Path, repeat: int) -> argparse.ArgumentParser:
+    """The arguments of a per-size cost benchmark: ``--sizes``, ``--repeat``
+    and ``--out`` (add the benchmark's own to the parser returned)."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sizes", default="64,1024")
+    p.add_argument("--repeat", type=int, default=repeat)
+    p.add_argument("--out", type=Path, default=out)
+    return p
+
+
 def write_rows(out: Path, rows: list[dict[str, Any]], **fields: Any) -> None:
     """Write a benchmark's ``rows`` to ``out`` as JSON, with the measured
     commit, ``fields`` and the machine's CPU count."""

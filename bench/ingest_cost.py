@@ -16,7 +16,6 @@ streams/SCALING.md split it). Writes ``bench/results/ingest_cost.json``::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import SHAPES, write_rows  # noqa: E402
+from bench.campaign_offline import SHAPES, cost_args, write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.tracefile import ListWriter  # noqa: E402
@@ -84,13 +83,8 @@ def _total(cpu: dict[str, float]) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--sizes", default="64,1024")
+    p = cost_args(__doc__, RESULTS, repeat=3)
     p.add_argument("--seconds", type=float, default=6.0)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args()
     rows = []
     for size in a.sizes.split(","):

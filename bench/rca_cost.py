@@ -18,7 +18,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign_offline import SHAPES, write_rows  # noqa: E402
+from bench.campaign_offline import SHAPES, cost_args, write_rows  # noqa: E402
 from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
@@ -68,12 +67,7 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--sizes", default="64,1024")
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--out", type=Path, default=RESULTS)
+    p = cost_args(__doc__, RESULTS, repeat=3)
     a = p.parse_args()
     rows = [
         measure(int(size), fault, a.repeat)
