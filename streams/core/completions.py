@@ -268,6 +268,21 @@ def _gather(
     return out
 
 
+_PACKED_OP = np.dtype(
+    [
+        ("comm", "<u8"),
+        ("seq", "<i8"),
+        ("kind", "<i8"),
+        ("nbytes", "<i8"),
+        ("size", "<i8"),
+    ]
+)
+"""One op of :func:`pack_stats`: its identity and how many members it has."""
+
+_OpKeys = tuple[list[int], list[int], list[int], list[int]]
+"""Each op's comm, seq, kind and nbytes (:func:`_make_stats`)."""
+
+
 def pack_stats(stats: Sequence[CollectiveStat]) -> tuple[np.ndarray, np.ndarray]:
     """``stats`` as two arrays: one row per op (comm, seq, kind, nbytes,
     members) and the five member columns of every op (:func:`unpack_stats`
@@ -301,20 +316,6 @@ def unpack_stats(ops: np.ndarray, block: np.ndarray) -> list[CollectiveStat]:
         at,
         size,
     )
-
-
-_PACKED_OP = np.dtype(
-    [
-        ("comm", "<u8"),
-        ("seq", "<i8"),
-        ("kind", "<i8"),
-        ("nbytes", "<i8"),
-        ("size", "<i8"),
-    ]
-)
-
-
-_OpKeys = tuple[list[int], list[int], list[int], list[int]]
 
 
 def _make_stats(
