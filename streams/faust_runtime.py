@@ -261,14 +261,15 @@ def mark_sent(state: Mapping[str, Any] | None, finding: Finding) -> dict[str, An
 def rank_chunks(batches: Sequence[CompletionBatch]) -> dict[int, int]:
     """Chunks moved per rank by the ops completed in ``batches`` (a batch
     whose ops do not account for its flows is left out)."""
-    ok = [
-        b
-        for b in batches
-        if len(b.op)
-        and len(b.flow)
-        and (b.op["nflows"] >= 0).all()
-        and int(b.op["nflows"].sum()) == len(b.flow)
-    ]
+    full = [b for b in batches if len(b.op) and len(b.flow)]
+    if not full:
+        return {}
+    at = np.cumsum([0] + [len(b.op) for b in full[:-1]])
+    nflows = np.concatenate([b.op["nflows"] for b in full])
+    sane = (np.minimum.reduceat(nflows, at) >= 0) & (
+        np.add.reduceat(nflows, at) == [len(b.flow) for b in full]
+    )
+    ok = [b for b, good in zip(full, sane.tolist(), strict=True) if good]
     if not ok:
         return {}
     op = np.concatenate([b.op[["rank", "nflows"]] for b in ok])

@@ -190,6 +190,30 @@ class CollectiveStat:
         return out
 
 
+OP_KEYS = np.dtype(
+    [
+        ("comm", "<u8"),
+        ("seq", "<i8"),
+        ("kind", "<i8"),
+        ("nbytes", "<i8"),
+        ("size", "<i8"),
+    ]
+)
+"""One op's identity and how many members it has (:func:`op_keys`)."""
+
+
+def op_keys(stats: Sequence[CollectiveStat]) -> np.ndarray:
+    """One :data:`OP_KEYS` row per op of ``stats``, in order."""
+    n = len(stats)
+    out = np.empty(n, OP_KEYS)
+    out["comm"] = np.fromiter((s.comm for s in stats), np.uint64, n)
+    out["seq"] = np.fromiter((s.seq for s in stats), np.int64, n)
+    out["kind"] = np.fromiter((s.kind for s in stats), np.int64, n)
+    out["nbytes"] = np.fromiter((s.nbytes for s in stats), np.int64, n)
+    out["size"] = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
+    return out
+
+
 class Members:
     """Every member of a block of collectives as flat columns (ops in block
     order, members in op order then member order), each op's keys (``comm``,
@@ -197,11 +221,9 @@ class Members:
     arithmetic of ``CollectiveStat`` for all ops at once."""
 
     def __init__(self, stats: Sequence[CollectiveStat]) -> None:
-        n = len(stats)
-        self.comm = np.fromiter((s.comm for s in stats), np.uint64, n)
-        self.kind = np.fromiter((s.kind for s in stats), np.int64, n)
-        self.nbytes = np.fromiter((s.nbytes for s in stats), np.int64, n)
-        self.size = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
+        keys = op_keys(stats)
+        self.comm, self.kind = keys["comm"], keys["kind"]
+        self.nbytes, self.size = keys["nbytes"], keys["size"]
         self.op = np.repeat(np.arange(len(stats)), self.size)
         self._at = np.r_[0, np.cumsum(self.size)[:-1]]
         self.rank, self.issue, start, self.end = _gather(stats, self.size, self._at)
@@ -268,17 +290,6 @@ def _gather(
     return out
 
 
-_PACKED_OP = np.dtype(
-    [
-        ("comm", "<u8"),
-        ("seq", "<i8"),
-        ("kind", "<i8"),
-        ("nbytes", "<i8"),
-        ("size", "<i8"),
-    ]
-)
-"""One op of :func:`pack_stats`: its identity and how many members it has."""
-
 _OpKeys = tuple[list[int], list[int], list[int], list[int]]
 """Each op's comm, seq, kind and nbytes (:func:`_make_stats`)."""
 
@@ -288,13 +299,7 @@ def pack_stats(stats: Sequence[CollectiveStat]) -> tuple[np.ndarray, np.ndarray]
     members) and the five member columns of every op (:func:`unpack_stats`
     inverts it). A snapshot holds thousands of ops; pickling each one's
     arrays costs ~30 us an op, these two a few ms in all."""
-    n = len(stats)
-    ops = np.empty(n, _PACKED_OP)
-    ops["comm"] = np.fromiter((s.comm for s in stats), np.uint64, n)
-    ops["seq"] = np.fromiter((s.seq for s in stats), np.int64, n)
-    ops["kind"] = np.fromiter((s.kind for s in stats), np.int64, n)
-    ops["nbytes"] = np.fromiter((s.nbytes for s in stats), np.int64, n)
-    ops["size"] = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
+    ops = op_keys(stats)
     at = np.r_[0, np.cumsum(ops["size"])[:-1]]
     return ops, _gather(stats, ops["size"], at, rows=5)
 
