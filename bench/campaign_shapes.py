@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.campaign.runner import ALL_FAULTS, RunSpec, run_one  # noqa: E402
-from bench.campaign_offline import aggregate, write_rows  # noqa: E402
+from bench.campaign_offline import aggregate, source_commit, write_rows  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "campaign_shapes.json"
 SHAPES = "4x4x4,2x4x8,8x1x8,8x2x8"
@@ -74,7 +74,7 @@ def main() -> int:
         for i in range(args.healthy_runs)
         for sh in args.shapes.split(",")
     ]
-    t0 = time.time()
+    t0, commit = time.time(), source_commit()
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(args.workers) as ex:
         for row in ex.map(run_one, specs):
@@ -90,6 +90,7 @@ def main() -> int:
     write_rows(
         args.out,
         rows,
+        commit=commit,
         command=" ".join(["python bench/campaign_shapes.py", *sys.argv[1:]]),
         wall_s=round(time.time() - t0, 1),
         seeds_per_fault=args.seeds,
