@@ -29,7 +29,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 8  # 8: recent collectives pickled as columns
+SNAPSHOT_VERSION = 9  # 9: transfer baselines keep the recurrence ring
 MAX_ANOMALY_IDS = 2048
 
 

@@ -211,7 +211,7 @@ class RobustBaseline:
 
 FAMILY_RULES: dict[str, Callable[[DetectorConfig], Rule]] = {
     "late": lambda c: Rule(c.late_of, c.late_persist, shift=True),
-    "xfer": lambda c: Rule(c.slow_of, c.slow_persist),
+    "xfer": lambda c: Rule(c.slow_of, c.slow_persist, recur=True),
     "span": lambda c: Rule(c.slow_of, c.slow_persist, fire_high=False),
     "span_any": lambda c: Rule(c.slow_of, c.slow_persist, fire_high=False),
 }

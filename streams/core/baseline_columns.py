@@ -37,12 +37,15 @@ class Rule:
         need: Out-of-band samples among the last ``of`` that make a HIGH fire.
         fire_high: Whether a persistent HIGH fires at all (SEVERE always does).
         shift: Whether a sustained shift of the last ``of`` samples fires.
+        recur: Whether a far out-of-band sample that recurs fires (an
+            intermittent fault, see ``DetectorConfig.recur_need``).
     """
 
     of: int
     need: int
     fire_high: bool = True
     shift: bool = False
+    recur: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,10 @@ class BaselineColumns:
     """Robust median/MAD baselines of one family, one row per key.
 
     Row state: the learned samples (a ring of ``window``; unused slots are
-    never read), how many were learned, and rings of the last ``of`` verdicts
-    (out of band or not) and values. Samples judged HIGH or SEVERE are not
-    learned, as in ``RobustBaseline``.
+    never read), how many were learned, rings of the last ``of`` verdicts
+    (out of band or not) and values, and with ``rule.recur`` a ring of the
+    last ``cfg.recur_of`` "far out of band" flags. Samples judged HIGH or
+    SEVERE are not learned, as in ``RobustBaseline``.
     """
 
     def __init__(self, window: int, rule: Rule) -> None:
@@ -104,6 +108,7 @@ class BaselineColumns:
         self.seen = np.zeros(0, np.int64)
         self.recent = np.zeros((0, rule.of), bool)
         self.last = np.zeros((0, rule.of))
+        self.far = np.zeros((0, 0), bool)  # sized on first use (cfg.recur_of)
         self._med = np.zeros(0)  # cached stats, valid while ``_fresh``
         self._sigma = np.zeros(0)
         self._fresh = np.zeros(0, bool)
@@ -132,6 +137,8 @@ class BaselineColumns:
             self.seen = np.concatenate([self.seen, np.zeros(grow, np.int64)])
             self.recent = np.vstack([self.recent, np.zeros((grow, self.rule.of), bool)])
             self.last = np.vstack([self.last, np.zeros((grow, self.rule.of))])
+            width = self.far.shape[1]
+            self.far = np.vstack([self.far, np.zeros((grow, width), bool)])
             self._med = np.concatenate([self._med, np.zeros(grow)])
             self._sigma = np.concatenate([self._sigma, np.zeros(grow)])
             self._fresh = np.concatenate([self._fresh, np.zeros(grow, bool)])
@@ -248,6 +255,8 @@ class BaselineColumns:
         fired = severe.copy()
         if rule.fire_high:
             fired |= high & (self.recent[rows].sum(axis=1) >= rule.need)
+        if rule.recur:
+            fired |= self._recurs(rows, v, high, med, cfg)
         if rule.shift:
             line = np.maximum(
                 np.maximum(med * cfg.slow_ratio_min, med + cfg.slow_shift_k * sigma),
@@ -271,3 +280,22 @@ class BaselineColumns:
         if fired.any():  # rare: the median the anomaly reports
             after = np.where(keep[fired], self.stats(rows[fired])[0], med[fired])
             out.median_after[at[fired]] = after
+
+    def _recurs(
+        self,
+        rows: np.ndarray,
+        v: np.ndarray,
+        high: np.ndarray,
+        med: np.ndarray,
+        cfg: DetectorConfig,
+    ) -> np.ndarray:
+        """Record whether each sample is far out of band; return whether it
+        is, and the ``cfg.recur_need``-th such among its row's last
+        ``cfg.recur_of`` samples (``seen`` already counts it)."""
+        if self.far.shape[1] != cfg.recur_of:
+            self.far = np.zeros((len(self.learned), cfg.recur_of), bool)
+        line = np.maximum(med * cfg.recur_ratio, med + cfg.recur_extra_s * 1e9)
+        far = high & (v > line)
+        self.far[rows, (self.seen[rows] - 1) % cfg.recur_of] = far
+        out: np.ndarray = far & (self.far[rows].sum(axis=1) >= cfg.recur_need)
+        return out

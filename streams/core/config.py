@@ -43,6 +43,16 @@ class DetectorConfig:
         severe_extra_s: One sample this far above the median fires at once...
         severe_ratio: ...when it is also this many times the median.
         late_floor_s: Smallest late arrival (issue skew) worth reporting.
+        recur_need: A transfer (``xfer``) sample far out of band (at least
+            ``recur_ratio`` x the median and ``recur_extra_s`` above it) fires
+            when it is the ``recur_need``-th such among the last ``recur_of``
+            samples of its key: an intermittent fault (a link that flaps
+            every second) slows one op in several, which ``slow_persist`` of
+            ``slow_of`` never sees. In a job without a pipeline the only
+            cross-host traffic is a few data-parallel ops a step.
+        recur_of: Length of that window, samples.
+        recur_ratio: See ``recur_need``.
+        recur_extra_s: See ``recur_need``.
         gap_floor_chunks: Smallest excess of a flow's counter gap (G-T or T-D,
             chunks) over its role's baseline worth reporting: counters move in
             whole chunks, so a one-chunk gap is granularity.
@@ -74,6 +84,10 @@ class DetectorConfig:
     severe_extra_s: float = 0.5
     severe_ratio: float = 4.0
     late_floor_s: float = 0.005
+    recur_need: int = 3
+    recur_of: int = 16
+    recur_ratio: float = 2.5
+    recur_extra_s: float = 0.02
     gap_floor_chunks: float = 1.5
     history_s: float = 12.0
     incident_quiet_s: float = 5.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ from mycroft.streams.core.detect_slow import (
 
 RULES = [
     Rule(8, 5, shift=True),  # late
-    Rule(5, 3),  # xfer
+    Rule(5, 3, recur=True),  # xfer
     Rule(5, 3, fire_high=False),  # span
 ]
 
@@ -71,7 +72,9 @@ def test_columns_give_each_key_what_its_own_baseline_gives(
     samples = _samples(rng, keys=12, n=3000)
     cols = BaselineColumns(window, rule)
     refs = [RobustBaseline(window) for _ in range(12)]
+    far = [deque[bool](maxlen=cfg.recur_of) for _ in range(12)]
     fired_any = set()
+    recurred = 0
     at = 0
     while at < len(samples):
         block = samples[at : at + rng.choice([1, 5, 40, 400])]
@@ -87,6 +90,12 @@ def test_columns_give_each_key_what_its_own_baseline_gives(
             base = refs[k]
             before = base.stats()[0]
             verdict = base.observe(value, cfg, floor, shift=rule.shift, of=rule.of)
+            # Far out of band, recurring: the rule of DetectorConfig.recur_need.
+            line = max(before * cfg.recur_ratio, before + cfg.recur_extra_s * 1e9)
+            far[k].append(verdict in (Verdict.HIGH, Verdict.SEVERE) and value > line)
+            recurs = rule.recur and far[k][-1] and sum(far[k]) >= cfg.recur_need
+            alone = verdict is Verdict.HIGH and not base.persistent(cfg, rule.need)
+            recurred += recurs and alone
             fired = (
                 verdict is Verdict.SEVERE
                 or (
@@ -95,6 +104,7 @@ def test_columns_give_each_key_what_its_own_baseline_gives(
                     and base.persistent(cfg, rule.need)
                 )
                 or base.shift
+                or recurs
             )
             assert list(Verdict)[got.verdict[i]] is verdict
             assert got.median_before[i] == before
@@ -107,6 +117,7 @@ def test_columns_give_each_key_what_its_own_baseline_gives(
         med, sigma = cols.stats(np.array([row]))
         assert (float(med[0]), float(sigma[0])) == base.stats()
     assert fired_any  # the sequences do fire
+    assert recurred or not rule.recur  # ...and the recurrence rule alone, too
     back = pickle.loads(pickle.dumps(cols))
     rows = np.arange(12)
     assert all(
