@@ -328,6 +328,36 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
             )
 
 
+def _score_unresolved(
+    group: set[int],
+    suspects: dict[int, Suspect],
+    unstarted: set[int],
+    blame: Callable[[int], Suspect],
+) -> None:
+    """Ranks that wait on each other in an op none of them moved data in.
+
+    A two-rank ring (tensor parallel 2) whose GPU hangs before the op leaves
+    both ends at G = T = D = 0: each waits for the other's first chunk, and
+    no peer outside the pair moved data to tell the dead kernel from the
+    live one. Rather than no answer, every such rank is named, equally (the
+    confidence says the counters cannot choose), as a kernel that never ran.
+    """
+    if len(group) < 2 or not group <= unstarted:
+        return
+    if any(
+        suspects[r].best[1] > 0 for r in group if r in suspects and suspects[r].scores
+    ):
+        return
+    for r in sorted(group):
+        blame(r).add(
+            Component.GPU,
+            1.0,
+            f"ranks {sorted(group)[:8]} wait on each other in an op none of "
+            "them moved a chunk in (G=T=D=0 on every flow): one of their "
+            "kernels never ran; the counters cannot tell which",
+        )
+
+
 def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
     stops: dict[int, int] = {}
     for r in suspects:
@@ -466,6 +496,7 @@ def explain_hang(
                 )
     for group in groups:
         _score_order_cycle(ctx, g, group, lost | (group - busy_ranks), blame)
+        _score_unresolved(group, suspects, unstarted, blame)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     since = now_ns - ctx.cfg.history_ns if since_ns is None else since_ns
     score_port_events(ctx, suspects, since)

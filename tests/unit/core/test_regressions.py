@@ -231,6 +231,18 @@ def test_sim_hang_culprit(fault, component):
     assert best["component"] == component.value
 
 
+def test_gpu_hang_in_a_two_rank_ring_names_both_ends_equally():
+    """TP 2: the hung GPU and its one peer wait on each other with no chunk
+    moved on any flow; nothing tells them apart, so both are named, at
+    equal confidence, instead of no root cause at all."""
+    truth, doc = _sim("gpu-hang:rank=5,at=6", 2, shape=(2, 2, 2))
+    pair = doc["root_causes"][:2]
+    assert {c["rank"] for c in pair} == {4, 5}  # rank 5 and its TP peer
+    assert all(c["component"] == Component.GPU.value for c in pair)
+    assert pair[0]["confidence"] == pair[1]["confidence"] == 0.5
+    assert truth["faults"][0]["rank"] == 5
+
+
 def test_a_receiver_late_after_waiting_on_a_stalled_sender_is_not_the_culprit():
     """A send proxy stall freezes rank 54's ready sends to rank 22 (another
     host) for most of a second; 22, already at the op, is late in its other
