@@ -290,7 +290,7 @@ class BaselineColumns:
         cfg: DetectorConfig,
     ) -> np.ndarray:
         """Record whether each sample is far out of band; return whether it
-        is, and the ``cfg.recur_need``-th such among its row's last
+        is so and is the ``cfg.recur_need``-th such among its row's last
         ``cfg.recur_of`` samples (``seen`` already counts it)."""
         if self.far.shape[1] != cfg.recur_of:
             self.far = np.zeros((len(self.learned), cfg.recur_of), bool)
