@@ -110,7 +110,39 @@ def _healthy_line(part: dict[str, Any]) -> list[str]:
     ]
 
 
+def _shapes(r: dict[str, Any]) -> list[str]:
+    lines = [
+        "The offline campaign on job shapes the main campaign does not use "
+        "(`TPxPPxDP`, 8 GPUs per host, 2 per NIC): TP groups smaller than a "
+        "host (a host holds several members of one data-parallel group), no "
+        "pipeline, 128 ranks. Scored as the offline campaign above; "
+        f"{r['seeds_per_fault']} seed(s) per fault and shape, "
+        f"{r['duration_s']:g} s per run; measured at {r['commit']}, "
+        f"{r['wall_s']} s on {r['cpus']} CPUs.",
+        "",
+    ]
+    for shape, per_fault in r["per_shape"].items():
+        runs = [a for f, a in per_fault.items() if f != "healthy"]
+        n = sum(a["n"] for a in runs)
+        right = sum(a["rank_accuracy"] * a["n"] for a in runs)
+        comp = sum(a["component_accuracy"] * a["n"] for a in runs)
+        lines += [
+            f"### {shape}: rank right in {right:.0f} of {n} fault runs, "
+            f"component in {comp:.0f}",
+            "",
+            *fault_table(per_fault),
+            "",
+            *_healthy_line({"per_fault": per_fault}),
+        ]
+    return lines
+
+
 RENDERERS = {
+    "campaign_shapes": (
+        "Offline fault campaign on other job shapes",
+        "python bench/campaign_shapes.py --seeds 3",
+        _shapes,
+    ),
     "campaign_offline": (
         "Offline fault campaign (detection and root-cause accuracy)",
         "python bench/campaign_offline.py --size 64 --seeds 10 --duration 24 "
