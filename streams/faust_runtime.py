@@ -265,7 +265,7 @@ def rank_chunks(batches: Sequence[CompletionBatch]) -> dict[int, int]:
     if not full:
         return {}
     at = np.cumsum([0] + [len(b.op) for b in full[:-1]])
-    nflows = np.concatenate([b.op["nflows"] for b in full])
+    nflows = np.concatenate([b.op["nflows"] for b in full]).astype(np.int64)
     sane = (np.minimum.reduceat(nflows, at) >= 0) & (
         np.add.reduceat(nflows, at) == [len(b.flow) for b in full]
     )
