@@ -222,7 +222,7 @@ class Members:
 
     def __init__(self, stats: Sequence[CollectiveStat]) -> None:
         keys = op_keys(stats)
-        self.comm, self.kind = keys["comm"], keys["kind"]
+        self.comm, self.kind, self.seq = keys["comm"], keys["kind"], keys["seq"]
         self.nbytes, self.size = keys["nbytes"], keys["size"]
         self.op = np.repeat(np.arange(len(stats)), self.size)
         self._at = np.r_[0, np.cumsum(self.size)[:-1]]

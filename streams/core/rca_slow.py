@@ -11,6 +11,8 @@ Per rank, against its own healthy baseline and its peers in the same window:
 | ... all sent by one GPU, its NIC mate sending normally        | proxy     |
 | G-T only on flows into one GPU, from >= 2 NICs                | pcie      |
 | issues ops late (late arrival) and finishes last              | gpu       |
+| late in a group, computes longer between ops than its on-time |           |
+| members before the same ops (``compute_gaps``)                | gpu       |
 | every rank of one host arrives late                           | gpu       |
 | issues on time, gpu_ready lags peers, finishes last           | pcie      |
 
@@ -20,7 +22,10 @@ Link gaps are judged in chunks against the role's pooled healthy baseline
 A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank: this follows a slowdown across groups to its origin.
 So is a receiver that was at an op before its inbound transfer froze at the
-sender: its lateness afterwards is the wait (``_waited_on_transfers``).
+sender: its lateness afterwards is the wait (``_waited_on_transfers``). And
+so is a late rank that computes at its peers' pace when others in its groups
+are late by their own (longer) compute: a slow GPU holds its whole pipeline
+replica back, so lateness alone cannot tell which stage it is on.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
 from mycroft.streams.core.baseline import size_buckets
 from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
@@ -119,7 +125,8 @@ class Lateness(NamedTuple):
     is kept: a host whose ranks all run late is on time inside its own
     (intra-host) groups and late only in the groups that cross hosts, which
     the mixed median hides. ``early`` holds the ranks that waited somewhere;
-    ``ops`` counts each rank's ops.
+    ``ops`` counts each rank's ops; ``pairs`` holds the per (comm, rank)
+    medians (``PAIR_ROW`` rows, by comm).
     """
 
     late: dict[int, float]
@@ -127,6 +134,10 @@ class Lateness(NamedTuple):
     early: set[int]
     worst: dict[int, float]
     ops: dict[int, int]
+    pairs: np.ndarray
+
+
+PAIR_ROW = np.dtype([("comm", "<u8"), ("rank", "<i8"), ("late", "<f8")])
 
 
 def _late_scores(
@@ -138,7 +149,7 @@ def _late_scores(
     over all member rows (a 1,024-rank slowdown reads ~400,000). ``mem``:
     ``Members(stats)``, when the caller has it."""
     if not stats:
-        return Lateness({}, {}, set(), {}, {})
+        return Lateness({}, {}, set(), {}, {}, np.empty(0, PAIR_ROW))
     # Waiting in a group means arriving early by a real margin: a fraction of
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
@@ -153,6 +164,8 @@ def _late_scores(
     pair, pair_first = group_ids(comm, rank)
     _, pair_med = group_medians(pair, excess)
     pair_rank = rank[pair_first]
+    pairs = np.empty(len(pair_first), PAIR_ROW)
+    pairs["comm"], pairs["rank"], pairs["late"] = comm[pair_first], pair_rank, pair_med
     by_rank = np.argsort(pair_rank, kind="stable")
     starts = np.flatnonzero(run_starts(pair_rank[by_rank]))
     worst = np.maximum.reduceat(pair_med[by_rank], starts)  # ranks ascending
@@ -170,6 +183,7 @@ def _late_scores(
         early,
         by_first(worst),
         {keys[j]: int(ops[j]) for j in seen},
+        pairs,
     )
 
 
@@ -255,7 +269,7 @@ def explain_slowdown(
     score_port_events(ctx, suspects, since_ns)
     mem = Members(stats)
     spans = mem.span()
-    late, end_lag, early, worst, ops = _late_scores(ctx, stats, mem)
+    late, end_lag, early, worst, ops, pairs = _late_scores(ctx, stats, mem)
     waited = _waited_on_transfers(flows, stats, hist)
     early |= set(waited)
     evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
@@ -275,7 +289,14 @@ def explain_slowdown(
         mem=mem,
         spans=spans,
     )
-    weak = _score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows)
+    slow = [
+        s
+        for s in slow_computers(pairs, compute_gaps(mem), share)
+        if s.rank not in early
+    ]
+    weak = _score_timing(
+        ctx, suspects, (late, worst), end_lag, early, span, flows, slow
+    )
     weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
     for st in list(stats)[-3:]:
         evidence.append(
@@ -824,10 +845,14 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     early: set[int],
     span: float,
     flows: list[FlowFeatures],
+    slow: Sequence[SlowCompute] = (),
 ) -> set[int]:
     """Score late arrivals (gpu) and late copies or finishes (pcie).
 
     ``lateness`` is (median over all the rank's ops, worst per-comm median).
+    ``slow``: late ranks whose own compute explains their lateness
+    (``compute_gaps.slow_computers``); when there are any, they are the gpu
+    suspects and the ranks late at their pace are not.
     Returns the ranks whose verdict is weak: late in their worst group only,
     or (pcie) only finishing last.
     """
@@ -838,7 +863,9 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     floor = _symptom_floor(ctx, span, worst, end_lag)
     late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
     weak: set[int] = set()
-    if not late_out and not suspects:
+    if slow:
+        late_out = _score_slow_compute(ctx, suspects, slow, worst, span)
+    elif not late_out and not suspects:
         # A rank late in one group only (it computes before that group's op,
         # on time for the next one) has as many on-time ops as late ones:
         # its median over every op hides it. When nothing else (flows, a
@@ -851,6 +878,8 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         }
         weak.update(late_out)
     for r, excess in late_out.items():
+        if slow:
+            break  # scored by _score_slow_compute
         sus = suspects.setdefault(r, Suspect(r))
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
         whole = len(mates) > 1 and all(m in late_out for m in mates)
@@ -889,3 +918,42 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         if not (behind or founded):
             weak.add(r)
     return weak
+
+
+def _score_slow_compute(
+    ctx: DetectContext,
+    suspects: dict[int, Suspect],
+    slow: Sequence[SlowCompute],
+    worst: dict[int, float],
+    span: float,
+) -> dict[int, float]:
+    """Name the GPUs of ``slow`` (late by their own compute): one suspect per
+    host, as a host-wide load slows every GPU of the host and is one cause
+    (an existing gpu suspect of the host, e.g. the whole-host rule's, carries
+    it). Returns the ranks of ``slow`` with their worst lateness."""
+    by_host: dict[str, list[SlowCompute]] = {}
+    for s in slow:
+        by_host.setdefault(ctx.topo.host_of(s.rank), []).append(s)
+    for host, mine in by_host.items():
+        top = mine[0]
+        held = [
+            r
+            for r in ctx.topo.ranks_on_host(host)
+            if r in suspects and Component.GPU in suspects[r].scores
+        ]
+        # The lowest flagged rank of a host-wide load: the top ratio among
+        # equally slowed GPUs changes from one refresh to the next.
+        rep = held[0] if held else min(s.rank for s in mine)
+        why = (
+            f"computes {top.gap_ns / 1e6:.2f} ms between ops where the on-time "
+            f"members of its group compute {top.peers_gap_ns / 1e6:.2f} ms: "
+            f"late {worst.get(top.rank, 0.0) / 1e6:.1f} ms by its own compute"
+        )
+        if len(mine) > 1:
+            why = f"ranks {sorted(s.rank for s in mine)} of host {host}: " + why
+            why += " (host-wide GPU load)"
+        lead = max(worst.get(s.rank, 0.0) for s in mine)
+        suspects.setdefault(rep, Suspect(rep)).add(
+            Component.GPU, 1.5 + min(1.0, lead / max(span, 1.0)), why
+        )
+    return {s.rank: worst.get(s.rank, 0.0) for s in slow}

@@ -44,7 +44,12 @@ from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
-from mycroft.streams.core.rca_slow import Lateness, _intra_host_slowdown, _late_scores
+from mycroft.streams.core.rca_slow import (
+    PAIR_ROW,
+    Lateness,
+    _intra_host_slowdown,
+    _late_scores,
+)
 from mycroft.streams.core.rows import group_ids, group_medians
 from mycroft.streams.core.topology import JobTopology
 from tests.unit import samples
@@ -376,12 +381,17 @@ def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> L
     worst: dict[int, float] = {}
     for (_, r), v in per_comm.items():
         worst[r] = max(worst.get(r, float(np.median(v))), float(np.median(v)))
+    pairs = np.array(
+        [(c, r, float(np.median(v))) for (c, r), v in sorted(per_comm.items())],
+        PAIR_ROW,
+    )
     return Lateness(
         {r: float(np.median(v)) for r, v in late.items()},
         {r: float(np.median(v)) for r, v in endl.items()},
         early,
         worst,
         {r: len(v) for r, v in late.items()},
+        pairs,
     )
 
 
@@ -390,11 +400,15 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
     assert len({len(s.ranks) for s in stats}) >= 2  # several op sizes
     fast = _late_scores(fed.ctx, stats)
     slow = _late_scores_reference(fed.ctx, stats)
-    for got, want in zip(fast, slow, strict=True):
+    for got, want in zip(fast[:-1], slow[:-1], strict=True):
         assert got == want
         assert list(got) == list(want)  # same order (ties resolve the same way)
+    for name in PAIR_ROW.names:
+        assert np.array_equal(fast.pairs[name], slow.pairs[name])
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
-    assert _late_scores(fed.ctx, []) == ({}, {}, set(), {}, {})
+    empty = _late_scores(fed.ctx, [])
+    assert empty[:-1] == ({}, {}, set(), {}, {})
+    assert not len(empty.pairs)
 
 
 def _intra_host_reference(
