@@ -222,7 +222,9 @@ class CommAnalyzer:
         local = self._local.get(key)
         if local is None or now_ns - local.computed_ns >= self.refresh_ns:
             recent = self.inner.stats.since(since)
-            culprits, evidence = explain_slowdown(self.inner.ctx, recent, since)
+            culprits, evidence = explain_slowdown(
+                self.inner.ctx, recent, since, every_comm=False
+            )
             kept = [c for c in culprits if c.confidence >= 0.2][:MAX_CULPRITS]
             local = self._local[key] = _Local(
                 now_ns, 0, tuple(kept), tuple(evidence[:MAX_EVIDENCE])

@@ -74,7 +74,11 @@ def compute_gaps(mem: Members) -> np.ndarray:
     Only gaps above ``BACK_TO_BACK_NS`` count: ops enqueued back to back (a
     pipeline send then a receive, a reduce-scatter then the optimizer's
     first bucket) or before the previous op ended have no compute between
-    them.
+    them. And only gaps whose both ops come after the first op of ``mem`` on
+    every comm of the rank: the root cause keeps the last ops of each comm,
+    which cover less time on a busy (tensor-parallel) comm than on a quiet
+    one, and before that point a gap would span ops (and waits) it cannot
+    see.
     """
     if not len(mem.rank):
         return np.empty(0, GAP_ROW)
@@ -84,6 +88,7 @@ def compute_gaps(mem: Members) -> np.ndarray:
     order = np.lexsort((mem.issue, mem.rank))
     rank, issue, end = mem.rank[order], mem.issue[order], mem.end[order]
     first = run_starts(rank)
+    covered = _covered_from(mem)[np.cumsum(first) - 1]
     seg = np.cumsum(first) - 1
     # Running max of completions per rank in one pass: offset each rank's
     # completions to its own minimum and stack the ranks apart.
@@ -92,7 +97,8 @@ def compute_gaps(mem: Members) -> np.ndarray:
     width = int(rel.max()) + 1
     done = np.maximum.accumulate(seg * width + rel) - seg * width + low
     gap = (issue[1:] - done[:-1]).astype(np.float64)
-    keep = np.flatnonzero(~first[1:] & (gap > BACK_TO_BACK_NS)) + 1
+    seen = (issue[:-1] >= covered[:-1]) & ~first[1:]
+    keep = np.flatnonzero(seen & (gap > BACK_TO_BACK_NS)) + 1
     if not len(keep):
         return np.empty(0, GAP_ROW)
     at = order[keep]
@@ -101,6 +107,19 @@ def compute_gaps(mem: Members) -> np.ndarray:
     _, med = group_medians(pair, gap[keep - 1])
     out = np.empty(len(firsts), GAP_ROW)
     out["rank"], out["key"], out["gap"] = rank[keep][firsts], key[firsts], med
+    return out
+
+
+def _covered_from(mem: Members) -> np.ndarray:
+    """Per rank (ascending), the latest first issue among its comms: from
+    there on every op of the rank is in ``mem``."""
+    comm = np.repeat(mem.comm, mem.size)
+    pair, firsts = group_ids(mem.rank, comm)
+    start = np.full(len(firsts), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(start, pair, mem.issue)
+    ranks, which = np.unique(mem.rank[firsts], return_inverse=True)
+    out = np.full(len(ranks), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(out, which, start)
     return out
 
 

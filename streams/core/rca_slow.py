@@ -251,7 +251,11 @@ WORST_GROUP_FLOORS = 4.0
 
 
 def explain_slowdown(
-    ctx: DetectContext, stats: Sequence[CollectiveStat], since_ns: int
+    ctx: DetectContext,
+    stats: Sequence[CollectiveStat],
+    since_ns: int,
+    *,
+    every_comm: bool = True,
 ) -> tuple[list[Culprit], list[Evidence]]:
     """Return culprits (best first) and evidence for a slowdown.
 
@@ -259,6 +263,10 @@ def explain_slowdown(
         ctx: Detector context (baselines give each rank's healthy lateness).
         stats: Collectives completed since the onset, every comm.
         since_ns: Onset; flow snapshots from there on are examined.
+        every_comm: Whether ``stats`` holds every comm of its ranks. A
+            stage-1 worker of the two-stage path sees only its comm groups:
+            the time between a rank's ops there spans its ops (and waits) in
+            comms it does not see, so compute gaps are not read.
     """
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
@@ -289,11 +297,15 @@ def explain_slowdown(
         mem=mem,
         spans=spans,
     )
-    slow = [
-        s
-        for s in slow_computers(pairs, compute_gaps(mem), share)
-        if s.rank not in early
-    ]
+    slow = (
+        [
+            s
+            for s in slow_computers(pairs, compute_gaps(mem), share)
+            if s.rank not in early
+        ]
+        if every_comm
+        else []
+    )
     weak = _score_timing(
         ctx, suspects, (late, worst), end_lag, early, span, flows, slow
     )

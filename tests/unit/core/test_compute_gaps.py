@@ -58,8 +58,20 @@ def test_gaps_are_compute_between_a_ranks_ops_on_any_comm():
         _op(2, 2, [0], [14 * MS], 15 * MS),  # 3 ms after the running max
     ]
     gaps = compute_gaps(Members(stats))
-    assert gaps["rank"].tolist() == [0, 0, 0]
-    assert gaps["gap"].tolist() == [3 * MS] * 3
+    # The first gap (0 -> 4 ms) is before comm 2's first op in the window.
+    assert gaps["rank"].tolist() == [0, 0]
+    assert gaps["gap"].tolist() == [3 * MS] * 2
+
+
+def test_gaps_start_where_every_comm_of_the_rank_is_in_the_window():
+    # Comm 2 (busy) kept only its ops from 20 ms on; before that, the time
+    # between rank 0's comm-1 ops held comm-2 ops the window no longer has.
+    stats = [_op(1, seq, [0], [seq * 10 * MS], seq * 10 * MS + MS) for seq in range(6)]
+    stats += [_op(2, 9, [0], [24 * MS], 25 * MS), _op(2, 10, [0], [44 * MS], 45 * MS)]
+    gaps = compute_gaps(Members(stats))
+    # Kept: the gaps whose both ops start from 24 ms on (25 -> 30, 31 ->
+    # 40, 41 -> 44, 45 -> 50 ms); not 11 -> 20 nor 21 -> 24.
+    assert sorted(gaps["gap"].tolist()) == [3 * MS, 5 * MS, 5 * MS, 9 * MS]
 
 
 def test_gaps_of_different_ranks_share_keys_at_the_same_op_position():
