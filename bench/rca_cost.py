@@ -9,9 +9,9 @@ the window), median of ``--repeat``. An incident refreshes every 1 s of
 trace while its answer changes or anomalies join it, and half as often each
 time the answer holds (down to every 4 s), so a refresh that costs more than
 1 s puts a real-time worker behind early in an incident. Only the cost is
-measured here (the campaigns score the answers); ``compute_gaps_s`` is the
-share of a refresh that ``compute_gaps`` and ``slow_computers`` take. Writes
-``bench/results/rca_cost.json``.
+measured here (the campaigns score the answers); each refresh is timed
+again without the compute gaps (``every_comm=False``), alternately, to give
+their share. Writes ``bench/results/rca_cost.json``.
 Usage::
 
     python bench/rca_cost.py [--sizes 64,1024] [--repeat 3]
@@ -33,9 +33,7 @@ from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
 from mycroft.streams.analyze import Replay  # noqa: E402
-from mycroft.streams.core.completions import Members  # noqa: E402
-from mycroft.streams.core.compute_gaps import compute_gaps, slow_computers  # noqa: E402
-from mycroft.streams.core.rca_slow import _late_scores, explain_slowdown  # noqa: E402
+from mycroft.streams.core.rca_slow import explain_slowdown  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rca_cost.json"
 ONSET_S, WINDOW_S = 6.0, 4.0
@@ -53,18 +51,18 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
     simulate(cfg, [parse_spec(FAULTS[fault])], replay)
     analyzer = replay.analyzers[cfg.job_id]
     since = cfg.start_ns + int(ONSET_S * 1e9)
-    times, gap_times = [], []
+    times, without = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
         stats = analyzer.stats.since(since)
         explain_slowdown(analyzer.ctx, stats, since)
         times.append(time.perf_counter() - t0)
-        # Its compute-gap stage alone (part of the refresh above).
-        mem = Members(stats)
-        pairs = _late_scores(analyzer.ctx, stats, mem).pairs
+        # The same refresh without the compute gaps (as a stage-1 worker
+        # runs it), alternated with the full one.
         t0 = time.perf_counter()
-        slow_computers(pairs, compute_gaps(mem), analyzer.ctx.cfg.late_floor_s * 1e9)
-        gap_times.append(time.perf_counter() - t0)
+        stats = analyzer.stats.since(since)
+        explain_slowdown(analyzer.ctx, stats, since, every_comm=False)
+        without.append(time.perf_counter() - t0)
     return {
         "ranks": size,
         "fault": fault,
@@ -72,7 +70,7 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
         "flow_snapshot_rows": len(analyzer.ctx.store.flow_history(since)),
         "refresh_s": round(statistics.median(times), 3),
         "refresh_max_s": round(max(times), 3),
-        "compute_gaps_s": round(statistics.median(gap_times), 3),
+        "refresh_without_gaps_s": round(statistics.median(without), 3),
     }
 
 
