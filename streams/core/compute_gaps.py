@@ -30,10 +30,10 @@ from mycroft.streams.core.completions import Members
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 
 GAP_RATIO = 1.2
-"""A late member computes slowly when its median gap is at least this many
-times the on-time members' median gap: a power cap or a background load
-stretches compute by 1.3x or more; a healthy rank's median gap over a few
-dozen ops stays within a few per cent of its peers'."""
+"""A late member computes slowly when its gaps are, in the median over the
+ops it shares with the on-time members, at least this many times theirs: a
+power cap or a background load stretches compute by 1.3x or more; a healthy
+rank's gaps over a few dozen ops stay within a few per cent of its peers'."""
 
 GAP_FLOOR_NS = 200_000
 """...and at least this much longer: gaps of a few microseconds (the CPU
@@ -43,7 +43,8 @@ BACK_TO_BACK_NS = 20_000
 """A gap up to this long is two ops enqueued back to back, not compute."""
 
 MIN_GAPS = 5
-"""Gaps a rank needs (ops since the onset, minus one) for a median."""
+"""Ops a late member must share gaps before with the on-time members (same
+op key) for the median of the ratios."""
 
 MIN_GROUP = 3
 """Members a group needs to compare its late members with the on-time ones.

@@ -889,9 +889,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
             if r not in early and v >= WORST_GROUP_FLOORS * floor
         }
         weak.update(late_out)
-    for r, excess in late_out.items():
-        if slow:
-            break  # scored by _score_slow_compute
+    for r, excess in ({} if slow else late_out).items():  # else scored above
         sus = suspects.setdefault(r, Suspect(r))
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
         whole = len(mates) > 1 and all(m in late_out for m in mates)

@@ -33,15 +33,15 @@ def _op(comm: int, seq: int, ranks: list[int], issue: list[int], end: int):
     return _stat(comm, seq, ranks, issue, [end - max(issue)] * len(ranks))
 
 
-def _steady(compute: dict[int, float], ops: int, comm_of=lambda r: 100 + r):
-    """Each rank alone in its own comm (same seqs), computing ``compute[r]``
-    ms before every op and 1 ms inside it."""
+def _steady(compute: dict[int, float], ops: int) -> list[CollectiveStat]:
+    """Each rank alone in its own comm (100 + rank, same seqs), computing
+    ``compute[r]`` ms before every op and 1 ms inside it."""
     stats = []
     for r, c in compute.items():
         t = 0
         for seq in range(ops):
             t += int(c * MS)
-            stats.append(_op(comm_of(r), seq, [r], [t], t + MS))
+            stats.append(_op(100 + r, seq, [r], [t], t + MS))
             t += MS
     return stats
 
@@ -64,7 +64,7 @@ def test_gaps_are_compute_between_a_ranks_ops_on_any_comm():
 
 
 def test_gaps_start_where_every_comm_of_the_rank_is_in_the_window():
-    # Comm 2 (busy) kept only its ops from 20 ms on; before that, the time
+    # Comm 2 (busy) kept only its ops from 24 ms on; before that, the time
     # between rank 0's comm-1 ops held comm-2 ops the window no longer has.
     stats = [_op(1, seq, [0], [seq * 10 * MS], seq * 10 * MS + MS) for seq in range(6)]
     stats += [_op(2, 9, [0], [24 * MS], 25 * MS), _op(2, 10, [0], [44 * MS], 45 * MS)]
