@@ -89,8 +89,8 @@ def compute_gaps(mem: Members) -> np.ndarray:
     order = np.lexsort((mem.issue, mem.rank))
     rank, issue, end = mem.rank[order], mem.issue[order], mem.end[order]
     first = run_starts(rank)
-    covered = _covered_from(mem)[np.cumsum(first) - 1]
     seg = np.cumsum(first) - 1
+    covered = _covered_from(mem)[seg]
     # Running max of completions per rank in one pass: offset each rank's
     # completions to its own minimum and stack the ranks apart.
     low = np.minimum.reduceat(end, np.flatnonzero(first))[seg]
@@ -122,10 +122,6 @@ def _covered_from(mem: Members) -> np.ndarray:
     out = np.full(len(ranks), np.iinfo(np.int64).min, np.int64)
     np.maximum.at(out, which, start)
     return out
-
-
-def _median_by_key(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return group_medians(rows["key"], rows["gap"])
 
 
 def slow_computers(
@@ -172,7 +168,8 @@ def slow_computers(
         late = group["late"] >= late_floor_ns
         if hi - lo < MIN_GROUP or not late.any() or late.all():
             continue
-        ref_key, ref_gap = _median_by_key(rows_of(group["rank"][~late].tolist()))
+        on_time = rows_of(group["rank"][~late].tolist())
+        ref_key, ref_gap = group_medians(on_time["key"], on_time["gap"])
         for r in group["rank"][late].tolist():
             mine = rows_of([r])
             at = np.searchsorted(ref_key, mine["key"])
