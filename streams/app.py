@@ -25,9 +25,9 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import faust
 from faust.types import TP
@@ -43,6 +43,7 @@ from mycroft.schemas.records import (
     RootCause,
     StateBatch,
 )
+from mycroft.streams.core.event_time import Source
 from mycroft.streams.faust_runtime import (
     MAX_MESSAGE_BYTES,
     Engine,
@@ -87,6 +88,54 @@ by Faust from the event loop at ~0.4 ms each on a loaded core. Keyed by rank
 and comm and written every 0.2 s tick, two 64-rank jobs made ~3,600 messages/s
 and kept each worker's loop in producer flushes, 5 s behind its partitions;
 a 1,024-rank job would have made ~30,000."""
+
+
+EVALS_PER_STEP = 10
+"""Evaluations of one job between two checks of the tick's time budget."""
+EVAL_BUDGET_S = 0.25
+"""Longest a tick evaluates one partition's jobs before it yields to the
+event loop: a worker catching up on a backlog goes on at the next tick from
+where it stopped (the job's clock holds its place), so no single job blocks
+the others for long, and the outcome is the same."""
+HIGHWATER_GRACE_S = 10.0
+"""How long after the start a source partition with no known high watermark
+holds the jobs' event clocks (the consumer learns it with its first fetch)."""
+
+Position = Literal["end"] | int
+
+
+def source_types(stage: str, topics: TopicSet) -> dict[str, str]:
+    """Record type -> the source topic it comes from, for ``stage``."""
+    if stage == "comm":
+        split = topics.split_state
+        return {"Topology": split, "StateBatch": split, "CompletionBatch": split}
+    if stage == "job":
+        return {"Topology": topics.topology, "CommSummary": topics.comm_summary}
+    return {
+        "Topology": topics.topology,
+        "StateBatch": topics.state,
+        "CompletionBatch": topics.completion,
+        "Heartbeat": topics.heartbeat,
+    }
+
+
+def job_source(
+    where: dict[str, Position], offsets: dict[str, int], type_topics: dict[str, str]
+) -> Callable[[str], Source]:
+    """A job's view of its sources for its event clock: a topic read to its
+    end, read past the job's newest record of a type (``moving``), or not
+    (``behind``); a record type this stage does not read is at its end."""
+
+    def source(name: str) -> Source:
+        topic = type_topics.get(name)
+        if topic is None:
+            return "end"
+        at = where.get(topic, -1)
+        if at == "end":
+            return "end"
+        return "moving" if at > offsets.get(name, -1) else "behind"
+
+    return source
 
 
 def default_engine_factory(
@@ -156,6 +205,12 @@ class Pipeline:
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
+        self.started = time.monotonic()
+        # Offset of the last record processed per source (topic, partition),
+        # and where a partition nothing was read from started.
+        self.read_offsets: dict[tuple[str, int], int] = {}
+        self.start_offsets: dict[TP, int] = {}
+        self.type_topics = source_types(settings.stage, topics)
         # Completion batches per source partition and job, summed into the
         # windowed tables once per RATE_STEP_S; the step they arrived in.
         self.pending_rates: dict[int, dict[str, list[CompletionBatch]]] = {}
@@ -223,7 +278,8 @@ class Pipeline:
             return
         job = self.route(msg, record)
         slot = self.router.slot(job, msg.partition)
-        slot.ingest(record, time.monotonic())
+        slot.ingest(record, time.monotonic(), msg.offset)
+        self.read_offsets[(msg.topic, msg.partition)] = msg.offset
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
@@ -279,6 +335,35 @@ class Pipeline:
             if ops:
                 ops_at[job].apply(add_counts, ops)
 
+    async def read_positions(self, partition: int) -> dict[str, Position]:
+        """Where this worker is in each source topic's ``partition``.
+
+        ``end``: every record written so far was processed; else the offset
+        of the last record processed there (``-1``: none yet). A partition
+        whose high watermark is still unknown shortly after the start is
+        behind, and after ``HIGHWATER_GRACE_S`` taken as read to its end.
+        """
+        consumer = self.app.consumer
+        out: dict[str, Position] = {}
+        for topic in set(self.type_topics.values()):
+            tp = TP(topic, partition)
+            done = self.read_offsets.get((topic, partition), -1)
+            try:
+                hw = consumer.highwater(tp)
+            except (AssertionError, KeyError, AttributeError, TypeError):
+                hw = None
+            if hw is None:
+                grace = time.monotonic() - self.started > HIGHWATER_GRACE_S
+                out[topic] = "end" if grace else done
+                continue
+            if done < 0 and tp not in self.start_offsets:
+                pos = await consumer.position(tp)
+                if pos is not None:
+                    self.start_offsets[tp] = pos
+            start = self.start_offsets.get(tp, hw + 1) if done < 0 else done + 1
+            out[topic] = "end" if start >= hw else done
+        return out
+
     async def dead_letter(self, msg: Any, err: DecodeError) -> None:
         """Send undecodable bytes to the dead-letter topic with the reason."""
         self.counts["dead_lettered"] += 1
@@ -295,11 +380,18 @@ class Pipeline:
         """Evaluate the jobs of ``partition``; snapshot + commit when due."""
         wall = time.monotonic()
         self.flush_rates(partition, time.time())
+        where = await self.read_positions(partition)
+        deadline = wall + EVAL_BUDGET_S
         for slot in self.router.on_partition(partition):
-            findings = slot.engine.evaluate(slot.now_ns(wall))
-            if findings:
-                slot.dirty = True
-                await self.emit(slot.job_id, findings)
+            source = job_source(where, slot.offsets, self.type_topics)
+            while True:
+                findings = slot.advance(source, wall, EVALS_PER_STEP)
+                if findings:
+                    slot.dirty = True
+                    await self.emit(slot.job_id, findings)
+                if not slot.clock.held or time.monotonic() >= deadline:
+                    break
+            self.counts["held_jobs"] += slot.clock.held
         if wall >= self.next_snapshot.get(partition, 0.0):
             await self.snapshot(partition)
             # A big job's engine takes a while to pickle: space its snapshots
@@ -314,10 +406,17 @@ class Pipeline:
     def log_stats(self, wall: float) -> None:
         """Log counters, rank-state rows/s and the worst consumer lag seen."""
         rate = self.counts["rows"] / max(wall - self.last_stats, 1e-9)
+        slots = list(self.router.slots.values())
+        hold = max(
+            ((s.trace_ns - s.clock.released_ns) / 1e9 for s in slots if s.trace_ns),
+            default=0.0,
+        )
         log.info(
-            "stats rows_per_s=%.0f max_lag_s=%.3f jobs=%d %s",
+            "stats rows_per_s=%.0f max_lag_s=%.3f event_hold_s=%.3f late=%d jobs=%d %s",
             rate,
             self.max_lag_s,
+            hold,
+            sum(s.clock.late for s in slots),
             len(self.router.slots),
             " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())),
         )
@@ -420,6 +519,12 @@ class Pipeline:
         for p in parts:
             self.pending_rates.pop(p, None)
             self.rate_step.pop(p, None)
+        self.read_offsets = {
+            k: v for k, v in self.read_offsets.items() if k[1] not in parts
+        }
+        self.start_offsets = {
+            tp: o for tp, o in self.start_offsets.items() if tp.partition not in parts
+        }
 
 
 def _bytes_headers(

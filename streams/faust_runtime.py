@@ -25,11 +25,12 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.streams.core.event_time import EventClock, Source
 from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 9  # 9: transfer baselines keep the recurrence ring
+SNAPSHOT_VERSION = 10  # 10: the job's event clock (records not yet released)
 MAX_ANOMALY_IDS = 2048
 
 
@@ -66,16 +67,20 @@ def record_time_ns(record: Record) -> int:
 
 @dataclass
 class JobSlot:
-    """One job on this worker: its engine and its trace clock.
+    """One job on this worker: its engine and its event clock.
 
-    ``now_ns`` is the job's latest trace time plus the wall time elapsed since
-    that time arrived, so a job whose records stop still ages (hang check).
-    The wall anchor is not persisted: a restored job restarts its clock at the
-    restore time, so downtime is never mistaken for silence of the job.
-    ``speed`` is trace seconds per wall second (below 1 for a slowed replay).
-    ``seen_s`` is the wall time of the last record, whatever its trace time:
-    a worker behind on one topic still reads a job's older completions after
-    its state records reached the job's end, and the job is not idle then.
+    Records are pushed into the job's :class:`EventClock` as they are read
+    and reach the engine in event-time order once the watermark passed them
+    (``advance``), with evaluations every 100 ms of event time: the verdicts
+    are those of ``mycroft analyze`` on the same records, whatever the read
+    order and speed (``streams/core/event_time.py``). ``trace_ns`` is the
+    newest record time read; ``anchor_s`` the wall time it was read at.
+    ``speed`` is trace seconds per wall second (below 1 for a slowed replay),
+    what a silent job's clock advances by. ``seen_s`` is the wall time of the
+    last record, whatever its trace time: a worker behind on one topic still
+    reads a job's older completions after its state records reached the
+    job's end, and the job is not idle then. ``offsets``: per record type,
+    the source offset of the job's newest record of that type.
     """
 
     job_id: str
@@ -86,35 +91,37 @@ class JobSlot:
     dirty: bool = True  # changed since its last snapshot
     speed: float = 1.0
     seen_s: float = 0.0
+    clock: EventClock = field(default_factory=EventClock)
+    offsets: dict[str, int] = field(default_factory=dict)
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
-        """Advance the trace clock with a record's time seen at ``wall_s``."""
+        """Advance the newest trace time with a record's time seen at ``wall_s``."""
         if trace_ns > self.trace_ns:
             self.trace_ns, self.anchor_s = trace_ns, wall_s
 
-    def ingest(self, record: Record, wall_s: float) -> None:
-        """Fold ``record`` into the engine, stamped with the newest trace time.
-
-        Never with the wall-extrapolated clock: after a stall or on a backlog
-        the records still arrive in trace order, and liveness compares the
-        hosts by their arrival stamps (extrapolated stamps made every host
-        but the one just read look silent after each stall).
-        """
-        self.observe(record_time_ns(record), wall_s)
-        self.engine.ingest(record, self.trace_ns)
+    def ingest(self, record: Record, wall_s: float, offset: int = -1) -> None:
+        """Buffer ``record`` in the job's event clock (read at ``offset``)."""
+        t = record_time_ns(record)
+        self.observe(t, wall_s)
+        self.clock.push(record, t)
+        if offset >= 0:
+            self.offsets[type(record).__name__] = offset
         self.dirty, self.seen_s = True, wall_s
 
-    def now_ns(self, wall_s: float) -> int:
-        """Current time of the job on its trace clock, ns (0: nothing seen)."""
-        if self.trace_ns == 0:
-            return 0
-        elapsed = max(0.0, wall_s - self.anchor_s) * self.speed
-        return self.trace_ns + int(elapsed * 1e9)
+    def advance(
+        self, source: Callable[[str], Source], wall_s: float, max_evals: int = 0
+    ) -> list[Finding | CommSummary]:
+        """Release what the watermark passed into the engine; return findings."""
+        idle = max(0.0, wall_s - self.seen_s) if self.seen_s else 0.0
+        out: list[Finding | CommSummary] = self.clock.advance(
+            self.engine, source, idle, self.speed, max_evals
+        )
+        return out
 
 
 def dump_slot(slot: JobSlot) -> bytes:
     """Serialize a slot's engine and trace clock (zlib-compressed pickle)."""
-    payload = (SNAPSHOT_VERSION, slot.job_id, slot.trace_ns, slot.engine)
+    payload = (SNAPSHOT_VERSION, slot.job_id, slot.trace_ns, slot.engine, slot.clock)
     return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
@@ -154,10 +161,13 @@ def load_slot(
 
     Only this worker's own changelog topic is ever unpickled.
     """
-    version, job_id, trace_ns, engine = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
-    if version != SNAPSHOT_VERSION:
-        raise ValueError(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
-    return JobSlot(job_id, partition, engine, trace_ns, wall_s, speed=speed)
+    payload = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
+    if payload[0] != SNAPSHOT_VERSION:
+        raise ValueError(f"snapshot version {payload[0]} is not {SNAPSHOT_VERSION}")
+    _, job_id, trace_ns, engine, clock = payload
+    return JobSlot(
+        job_id, partition, engine, trace_ns, wall_s, speed=speed, clock=clock
+    )
 
 
 @dataclass

@@ -12,9 +12,17 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.tracefile import ListWriter
-from mycroft.schemas.records import Anomaly, Heartbeat, Record, RootCause, StateBatch
+from mycroft.schemas.records import (
+    Anomaly,
+    CommSummary,
+    Heartbeat,
+    Record,
+    RootCause,
+    StateBatch,
+)
 from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.engine import Analyzer
+from mycroft.streams.core.event_time import Source
 from mycroft.streams.faust_runtime import (
     Finding,
     JobRouter,
@@ -82,25 +90,42 @@ def test_record_job_and_time() -> None:
     assert all(record_time_ns(r) >= T0 for r in recs)
 
 
-def test_clock_ages_with_wall_time_and_never_goes_back() -> None:
+def _end(_: str) -> Source:
+    return "end"
+
+
+def _behind(_: str) -> Source:
+    return "behind"
+
+
+def test_records_reach_the_engine_once_the_watermark_passed_them() -> None:
     slot = JobSlot("j", 0, FakeEngine("j"))
-    assert slot.now_ns(5.0) == 0
-    slot.observe(T0, wall_s=10.0)
-    assert slot.now_ns(10.0) == T0
-    assert slot.now_ns(12.5) == T0 + 2_500_000_000  # no records: a hang still ages
-    slot.observe(T0 - 1, wall_s=13.0)  # late record: clock unchanged
-    assert slot.now_ns(13.0) == T0 + 3_000_000_000
-    assert slot.now_ns(9.0) == T0  # wall clock never makes time run backwards
+    for seq in range(5):
+        slot.ingest(state_batch(seq), wall_s=10.0, offset=seq)
+    assert slot.offsets == {"StateBatch": 4} and slot.trace_ns == T0 + 400_000_000
+    slot.advance(_behind, wall_s=10.0)  # a reader behind: nothing is known to be in
+    assert slot.engine.seen == []  # type: ignore[attr-defined]
+    slot.advance(_end, wall_s=10.0)  # read to the end: all but the last 0.2 s
+    assert slot.engine.seen == [0, 1, 2]  # type: ignore[attr-defined]
 
 
-def test_a_slowed_job_ages_at_its_trace_speed_also_after_a_restore() -> None:
+def test_a_silent_job_ages_with_wall_time_at_its_trace_speed() -> None:
+    """No records and every partition read: a hang of the whole job still
+    ages, at the trace speed, also after a restore (downtime is not silence)."""
     router = JobRouter(FakeEngine, speed=0.25)
     slot = router.slot("j", 0)
-    slot.observe(T0, wall_s=10.0)
-    assert slot.now_ns(14.0) == T0 + 1_000_000_000  # 4 wall s = 1 trace s
+    slot.ingest(state_batch(0), wall_s=10.0)
+    slot.advance(_end, wall_s=11.0)
+    assert slot.clock.next_eval_ns == -1  # within lateness: nothing released
+    slot.advance(_end, wall_s=14.0)  # idle 4 wall s = 1 trace s
+    assert (
+        slot.clock.released_ns == T0 and slot.clock.next_eval_ns == T0 + 1_100_000_000
+    )
     router.drop([0])
     assert router.restore([("j", dump_slot(slot))], 0, wall_s=50.0) == 1
-    assert router.slots["j"].now_ns(54.0) == T0 + 1_000_000_000
+    back = router.slots["j"]
+    back.advance(_end, wall_s=54.0)  # restored: its clock did not run meanwhile
+    assert back.clock.next_eval_ns == T0 + 1_100_000_000
 
 
 def test_router_groups_jobs_by_partition_and_drops_revoked() -> None:
@@ -156,12 +181,14 @@ def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
     assert big.dirty and not small.dirty
 
 
-def test_snapshot_roundtrip_restarts_clock_at_restore() -> None:
+def test_snapshot_roundtrip_keeps_records_not_released_yet() -> None:
     slot = JobSlot("j", 1, FakeEngine("j", seen=[1, 2]))
-    slot.observe(T0, wall_s=100.0)
+    slot.ingest(state_batch(7), wall_s=100.0)
     back = load_slot(dump_slot(slot), 1, wall_s=5.0)
-    assert back.trace_ns == T0 and back.now_ns(5.0) == T0  # downtime is not silence
+    assert back.trace_ns == slot.trace_ns and back.clock.pending == 1
     assert isinstance(back.engine, FakeEngine) and back.engine.seen == [1, 2]
+    back.clock.finish(back.engine)
+    assert back.engine.seen == [1, 2, 7]
 
 
 def test_restore_once_per_assignment_and_never_over_live_engines() -> None:
@@ -266,16 +293,18 @@ def _stalling_worker(records, drop_host: str = "") -> list[Finding]:
 
 
 def _drive(paced: list[tuple[float, Record]]) -> list[Finding]:
-    """Feed ``(wall_s, record)`` to one job slot, evaluating every 0.2 s."""
+    """Feed ``(wall_s, record)`` to one job slot, advancing every 0.2 s (the
+    worker's tick; every record written so far is read)."""
     slot = JobSlot("j", 0, Analyzer("j"))
-    found: list[Finding] = []
+    found: list[Finding | CommSummary] = []
     next_eval = 0.0
     for wall, rec in paced:
         slot.ingest(rec, wall)
         while next_eval <= wall:
-            found += slot.engine.evaluate(slot.now_ns(wall))
+            found += slot.advance(_end, wall)
             next_eval += 0.2
-    return found
+    found += slot.advance(_end, wall + 10.0)
+    return [f for f in found if not isinstance(f, CommSummary)]
 
 
 def test_worker_stalls_are_not_silence_of_the_job() -> None:
@@ -305,11 +334,11 @@ def test_snapshot_leaves_out_flow_history_and_old_collectives() -> None:
     # Most records joined and observed; the last ones still queued (joined
     # and observed only after the restore).
     part = len(out.records) * 3 // 4
-    for _, rec in out.records[:part]:
-        slot.ingest(rec, 0.0)
+    for ts, rec in out.records[:part]:
+        engine.ingest(rec, ts)
     engine.detect(out.records[part][0])
-    for _, rec in out.records[part:]:
-        slot.ingest(rec, 0.0)
+    for ts, rec in out.records[part:]:
+        engine.ingest(rec, ts)
     assert engine.tracker.queued_rows
     back = load_slot(dump_slot(slot), 0, 1.0).engine
     assert isinstance(back, Analyzer)

@@ -1,0 +1,292 @@
+"""Event time for a live job: a watermark from the hosts' own ticks.
+
+A verdict must be a function of the records, never of when or how fast a
+worker read them. A worker reads a job's four raw topics as one merged
+stream whose interleaving depends on fetch sizes, lag and restarts: a
+heartbeat can arrive seconds before the state batches of the same tick, or
+a host's completions after the next tick's state. :class:`EventClock`
+buffers a job's records and hands them to the engine in one canonical order,
+interleaved with evaluations every ``cadence_ns`` of *event* time, exactly as
+``mycroft analyze`` (:class:`mycroft.streams.analyze.Replay`) drives the same
+engine over a recorded trace.
+
+Streams and the watermark
+-------------------------
+Each record type of the job (one topic each) is a stream; its time is the
+newest record time read from it. A job's records share one partition of
+each topic, appended as the hosts produce them, which is in event time up to
+the hosts' send skew: a stream read up to ``t`` has nothing older than
+``t - lateness_ns`` left to deliver. The job's reference time is its state
+stream's (every live host sends a state batch each tick); the watermark
+``W`` is the oldest bound among the streams that may still deliver, and
+at least ``lateness_ns`` behind the reference (in-flight records of other
+hosts):
+
+* a stream whose topic partition the worker read to its end (*caught up*)
+  holds nothing back: what it has not delivered was not produced yet;
+* a stream whose partition is read no further than the job's newest record
+  of that type (its reader is behind) holds the watermark, however far;
+* the state stream always holds it while its partition has a backlog; a
+  sparse stream (completions, heartbeats) whose partition moves on with
+  other jobs' records holds it while within ``straggler_ns`` of the
+  reference, and further behind (completions during a hang) no longer
+  holds the others back; a stream read ahead of the reference holds nothing;
+* a record type not read yet for the job is a stream at the job's first
+  record time: a worker starts reading its topics at different moments.
+
+Records with ``t <= W`` are released in canonical order ``(t, topology <
+batches < heartbeats, host, state < completion, arrival)`` (the order the
+simulator writes a trace in), and an evaluation at event time ``T`` runs
+after every record with ``t < T`` and before any record with ``t >= T``, as
+in ``Replay``. A record older than what was already released is *late*: it
+is ingested at once and counted (``late``); only a read skew beyond those
+bounds makes one. What this does not order: records a host appends far out
+of event time (an agent replaying its spool minutes later while the other
+hosts stream live) arrive late by design and are counted.
+
+The one rule that reads the wall clock: a job whose every stream is caught
+up and silent for ``idle_s`` of wall time (every host died, or the job
+ended) has its clock advanced by the wall time since its last record, times
+the trace speed, so that a hang of the whole job is still evaluated.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = ["EventClock", "EventTimeConfig", "Source", "TimedEngine", "record_host"]
+
+Source = Literal["end", "moving", "behind"]
+"""Where a worker is in one record type's topic partition, for one job:
+``end``, read to its end; ``moving``, records of other jobs were read after
+this job's newest of that type (the partition moves on without it);
+``behind``, neither (its reader is behind: hold the watermark)."""
+
+_CLASS = {"Topology": 0, "StateBatch": 1, "CompletionBatch": 1, "CommSummary": 1}
+"""Canonical order of record classes within one event time (heartbeats: 2)."""
+_TYPE = {"StateBatch": 0, "CompletionBatch": 1}
+DENSE = "StateBatch"
+"""The stream every live host sends each tick: the job's reference time. The
+sparse streams (completions, heartbeats) are measured against it, and a topic
+read far ahead (small heartbeats, many seconds in one fetch) never moves it."""
+STREAMS = ("Topology", "StateBatch", "CompletionBatch", "Heartbeat")
+"""Record types that hold the watermark before the first one is read (a
+``caught_up`` that says True for a type the worker does not consume lets it go)."""
+
+
+class TimedEngine(Protocol):
+    """What the clock drives: an engine with time handed in."""
+
+    def ingest(self, record: Any, now_ns: int) -> None: ...  # noqa: D102
+
+    def evaluate(self, now_ns: int) -> Any: ...  # noqa: D102
+
+
+@dataclass(frozen=True)
+class EventTimeConfig:
+    """Bounds of the watermark; each one-line reason is the constant's doc.
+
+    Attributes:
+        cadence_ns: Evaluation step of event time: ``mycroft analyze``'s
+            (100 ms, the agents' sampling tick).
+        lateness_ns: How far behind the newest record the watermark trails
+            once every partition is read to its end: the skew between hosts'
+            ticks and the producers' send delay (linger 5 ms, one tick of
+            batching) fit in 0.2 s.
+        straggler_ns: How far behind the newest record a stream of a topic
+            with a backlog still holds the watermark: a spool replay or a
+            lagging topic stays within a few seconds of its neighbours; a
+            dead host or a hung job's completion stream falls behind without
+            bound and must not stall the job.
+        idle_s: Wall seconds with every partition read and no record of the
+            job before its clock advances with the wall clock: twice the
+            slowest heartbeat period, so a live job never takes this path.
+    """
+
+    cadence_ns: int = 100_000_000
+    lateness_ns: int = 200_000_000
+    straggler_ns: int = 5_000_000_000
+    idle_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        """Reject bounds that cannot hold a watermark."""
+        if self.cadence_ns <= 0:
+            raise ValueError(f"cadence_ns must be > 0, got {self.cadence_ns}")
+        if not 0 <= self.lateness_ns <= self.straggler_ns:
+            raise ValueError(
+                "need 0 <= lateness_ns <= straggler_ns, got "
+                f"{self.lateness_ns} and {self.straggler_ns}"
+            )
+        if self.idle_s <= 0:
+            raise ValueError(f"idle_s must be > 0, got {self.idle_s}")
+
+
+def record_host(record: Any) -> str:
+    """Host of a raw record (batch header, heartbeat, topology), else ``""``."""
+    header = getattr(record, "header", None)
+    if header is not None:
+        return str(header.host)
+    return str(getattr(record, "host", ""))
+
+
+@dataclass
+class EventClock:
+    """One job's reorder buffer, watermark and evaluation cadence.
+
+    ``push`` a record as it is read; ``advance`` releases what the watermark
+    passed into the engine, evaluating on the way, and returns the findings.
+    Picklable: it is part of the job's snapshot, so records read but not yet
+    released survive a restart (offsets are committed with the snapshot).
+    """
+
+    config: EventTimeConfig = field(default_factory=EventTimeConfig)
+    streams: dict[str, int] = field(default_factory=dict)
+    first_ns: int = -1
+    newest_ns: int = 0
+    released_ns: int = -1  # time of the newest record handed to the engine
+    next_eval_ns: int = -1
+    late: int = 0
+    idle_advanced_ns: int = 0  # event time added by the idle rule
+    held: bool = False  # the last advance stopped at its evaluation budget
+    _heap: list[tuple[int, int, str, int, int, Any]] = field(default_factory=list)
+    _arrivals: Any = field(default_factory=itertools.count, repr=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the arrival counter (restarted from the heap size)."""
+        state = dict(self.__dict__)
+        state["_arrivals"] = len(self._heap)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore, with an arrival counter past every buffered record."""
+        start = max((e[4] for e in state["_heap"]), default=-1) + 1
+        state["_arrivals"] = itertools.count(start)
+        self.__dict__.update(state)
+
+    @property
+    def pending(self) -> int:
+        """Records read and not yet released."""
+        return len(self._heap)
+
+    def push(self, record: Any, t_ns: int) -> None:
+        """Buffer one record of event time ``t_ns``."""
+        name = type(record).__name__
+        host = record_host(record)
+        if t_ns > self.streams.get(name, -1):
+            self.streams[name] = t_ns
+        if self.first_ns < 0 or t_ns < self.first_ns:
+            self.first_ns = t_ns
+        self.newest_ns = max(self.newest_ns, t_ns)
+        entry = (
+            t_ns,
+            _CLASS.get(name, 2),
+            host,
+            _TYPE.get(name, 0),
+            next(self._arrivals),
+            record,
+        )
+        heapq.heappush(self._heap, entry)
+
+    def watermark(self, source: Callable[[str], Source]) -> int:
+        """Event time up to which every record has been read (``-1``: none).
+
+        ``source(record_type)`` says where the worker is in that record
+        type's topic partition (:data:`Source`).
+        """
+        if not self.streams:
+            return -1
+        cfg = self.config
+        ref = self.streams.get(DENSE, self.newest_ns)
+        w = ref - cfg.lateness_ns
+        times = {name: self.first_ns for name in STREAMS} | self.streams
+        for name, t in times.items():
+            where = source(name)
+            if where == "end":
+                continue
+            if where == "behind" or name == DENSE or t >= ref - cfg.straggler_ns:
+                w = min(w, t - cfg.lateness_ns)
+        return w
+
+    def advance(
+        self,
+        engine: TimedEngine,
+        source: Callable[[str], Source],
+        idle_wall_s: float = 0.0,
+        speed: float = 1.0,
+        max_evals: int = 0,
+    ) -> list[Any]:
+        """Release the records the watermark passed; evaluate; return findings.
+
+        ``idle_wall_s``: wall seconds since the job's last record; past
+        ``config.idle_s`` with every stream caught up, the clock moves on
+        by that time times ``speed`` (the only wall-clock rule).
+        ``max_evals`` (``0``: no limit) bounds the evaluations of one call:
+        a worker catching up on a backlog stops there and goes on at its next
+        call, from the same place, so the outcome is the same.
+        """
+        w = self.watermark(source)
+        if (
+            idle_wall_s >= self.config.idle_s
+            and self.streams
+            and all(source(name) == "end" for name in self.streams)
+        ):
+            w = max(w, self.newest_ns + int(idle_wall_s * speed * 1e9))
+            self.idle_advanced_ns = max(self.idle_advanced_ns, w - self.newest_ns)
+        out: list[Any] = []
+        budget = max_evals if max_evals > 0 else -1
+        self.held = False
+        heap = self._heap
+        while heap and heap[0][0] <= w:
+            t = heap[0][0]
+            if t < self.released_ns:
+                *_, record = heapq.heappop(heap)
+                self.late += 1
+                engine.ingest(record, self.released_ns)
+                continue
+            budget = self._evaluate_before(engine, t, out, budget)
+            if budget == 0 and self._due(t):
+                self.held = True
+                return out
+            *_, record = heapq.heappop(heap)
+            engine.ingest(record, t)
+            self.released_ns = t
+        if self.released_ns >= 0:
+            # Ticks up to the watermark: every record below them is in.
+            budget = self._evaluate_before(engine, w, out, budget)
+            self.held = budget == 0 and self._due(w)
+        return out
+
+    def finish(self, engine: TimedEngine) -> list[Any]:
+        """Release everything; evaluate once past the last record, as
+        ``Replay.finish`` does."""
+        out = self.advance(engine, lambda _: "end")
+        heap = self._heap
+        while heap:
+            t, *_, record = heapq.heappop(heap)
+            self._evaluate_before(engine, t, out, -1)
+            engine.ingest(record, max(t, self.released_ns))
+            self.released_ns = max(t, self.released_ns)
+        if self.next_eval_ns >= 0:
+            out.extend(engine.evaluate(self.next_eval_ns))
+            self.next_eval_ns = -1
+        return out
+
+    def _due(self, t_ns: int) -> bool:
+        return 0 <= self.next_eval_ns <= t_ns
+
+    def _evaluate_before(
+        self, engine: TimedEngine, t_ns: int, out: list[Any], budget: int
+    ) -> int:
+        """Run the evaluations due at an event time ``<= t_ns`` (as ``Replay``),
+        at most ``budget`` of them (``-1``: all); return the budget left."""
+        if self.next_eval_ns < 0:
+            self.next_eval_ns = t_ns
+        while self.next_eval_ns <= t_ns and budget != 0:
+            out.extend(engine.evaluate(self.next_eval_ns))
+            self.next_eval_ns += self.config.cadence_ns
+            budget -= budget > 0
+        return budget
