@@ -41,3 +41,12 @@ class Sink(Protocol):
     def close(self) -> None:
         """Release connections and servers; later writes are an error."""
         ...
+
+
+@runtime_checkable
+class JobWatcher(Protocol):
+    """A sink that tracks which jobs still run (the service feeds it heartbeats)."""
+
+    def job_alive(self, job_id: str) -> None:
+        """Note that ``job_id`` sent a record now."""
+        ...

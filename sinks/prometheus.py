@@ -1,15 +1,49 @@
 """Detection results as Prometheus metrics, for Grafana dashboards and alerts.
 
 Every metric lives in the :class:`~prometheus_client.CollectorRegistry` handed
-in, never in the global one. Label values are bounded: ``job_id`` and ``kind``
-per counter, and per-incident series exist only while the incident is open.
-The training job's label is ``job_id``, never ``job``: Prometheus sets ``job``
-to the scrape job and would rename ours to ``exported_job``.
+in, never in the global one. The training job's label is ``job_id``, never
+``job``: Prometheus sets ``job`` to the scrape job and would rename ours to
+``exported_job``.
 
-An incident opens with its first root cause and closes when no revision came
-for ``incident_ttl_s`` seconds (the records carry no "closed" flag), or when
-:meth:`PrometheusSink.close_incident` is called. Closing removes its
-``mycroft_root_cause_info`` and ``mycroft_culprit_confidence`` series.
+Latencies are per incident, observed once, from its revision 0 (the first
+root cause; a sink that first sees a later revision does not guess):
+
+* ``mycroft_detection_latency_seconds``: fault onset to the incident's
+  detection, ``detected_ns - onset_ns``.
+* ``mycroft_rca_latency_seconds``: fault onset to the first root cause,
+  ``resolved_ns - onset_ns``: how long after the fault the culprit was named.
+  Detection to root cause on the trace clock is zero whenever the evidence at
+  detection already names the culprit (most hangs), so it would say nothing;
+  ``bench/campaign/score.py`` defines ``rca_latency_s`` the same way.
+
+Both are on the trace clock (the hosts' clocks), so a replayed trace gives
+the latencies of its live run. Anomalies only count
+(``mycroft_anomalies_total``): one incident raises one per affected
+communicator.
+
+Cardinality: counters carry ``job_id`` and ``kind``; per-incident series
+(``mycroft_root_cause_info``, ``mycroft_root_cause_reason_info``,
+``mycroft_culprit_confidence``) exist only while the incident is open, one
+each, replaced by each revision. ``mycroft_root_cause_info`` names the best
+culprit: rank, host, component, kind and, for a link fault, ``flow``
+(``"33->41 ch2"``: rank, peer, channel; empty otherwise). The culprit's
+reason is free text, so it sits alone on ``mycroft_root_cause_reason_info``
+(cut to :data:`REASON_MAX_CHARS`): its wording may change between revisions
+without changing the identity of the culprit series, and the number of
+series stays one per open incident whatever the text.
+
+Ends: the records carry no "resolved" flag. An incident closes
+
+* when its **job ends**: no record of the job (heartbeat, anomaly, root
+  cause) for ``job_end_s`` seconds. Agents heartbeat every second per host,
+  also while the job hangs, so a silent job has stopped or lost its agents.
+  Every series of the job is then removed (its history stays in Prometheus);
+* when it saw no new revision for ``incident_ttl_s`` (a fault that cleared
+  while the job ran on, which the topics never announce);
+* or when :meth:`PrometheusSink.close_incident` is called.
+
+A job's counters start at zero when the job is first seen, so that
+``increase()`` counts its first incident and anomalies.
 """
 
 from __future__ import annotations
@@ -22,14 +56,22 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mycroft.errors import SinkError
-from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.schemas.records import Anomaly, Culprit, RootCause
+from mycroft.schemas.vocab import FaultKind
 from mycroft.sinks.base import SinkRecord
 
-LATENCY_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
-"""Histogram buckets of both latencies, in seconds."""
+LATENCY_BUCKETS_S = (
+    0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0,
+)  # fmt: skip
+"""Histogram buckets of both latencies, in seconds; 3, 10 and 15 s are the
+alert thresholds (infra/prometheus/mycroft-alerts.yml), so quantiles there
+are exact."""
 
-INFO_LABELS = ("job_id", "incident", "rank", "host", "component", "kind")
+INFO_LABELS = ("job_id", "incident", "rank", "host", "component", "kind", "flow")
 """Labels of ``mycroft_root_cause_info``: the best culprit of one open incident."""
+
+REASON_MAX_CHARS = 200
+"""Longest reason text on ``mycroft_root_cause_reason_info``."""
 
 METRIC_NAMES = (
     "mycroft_anomalies_total",
@@ -37,13 +79,16 @@ METRIC_NAMES = (
     "mycroft_root_cause_revisions_total",
     "mycroft_incidents_open",
     "mycroft_root_cause_info",
+    "mycroft_root_cause_reason_info",
     "mycroft_culprit_confidence",
     "mycroft_detection_latency_seconds",
     "mycroft_rca_latency_seconds",
+    "mycroft_jobs_active",
 )
 """Every metric family this sink defines (the dashboard test checks against it)."""
 
 _SEEN_ANOMALIES = 65_536  # dedup window of re-delivered anomaly ids
+_KINDS = tuple(k.value for k in FaultKind)
 
 
 @dataclass(frozen=True)
@@ -54,6 +99,7 @@ class _Open:
     kind: str
     revision: int
     info: tuple[str, ...]  # label values of the info series, INFO_LABELS order
+    reason: str
     updated_s: float
 
 
@@ -64,6 +110,8 @@ class PrometheusSink:
         registry: where the metrics are registered; one per sink (and per test).
         incident_ttl_s: an incident without a new revision for this many
             seconds is closed and its per-incident series removed.
+        job_end_s: a job without any record for this many seconds has ended:
+            its incidents close and its series are removed.
         clock: monotonic seconds; injected by tests.
 
     Raises:
@@ -76,50 +124,73 @@ class PrometheusSink:
         registry: CollectorRegistry,
         *,
         incident_ttl_s: float = 600.0,
+        job_end_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
         self._ttl_s = incident_ttl_s
+        self._job_end_s = job_end_s
         self._clock = clock
         self._open: dict[str, _Open] = {}
+        self._jobs: dict[str, float] = {}  # job -> last record, clock seconds
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._closed = False
-        self.anomalies = Counter(
+        self._define(registry)
+
+    def _define(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry)
+
+        def gauge(name: str, doc: str, *labels: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            h = Histogram(name, doc, ["kind"], buckets=LATENCY_BUCKETS_S,
+                          registry=registry)  # fmt: skip
+            for kind in _KINDS:
+                h.labels(kind)  # series from 0, so rate() sees the first one
+            return h
+
+        self.anomalies = counter(
             "mycroft_anomalies", "Anomalies detected (deduplicated by id).",
-            ["job_id", "kind"], registry=registry,
+            "job_id", "kind",
         )  # fmt: skip
-        self.incidents = Counter(
+        self.incidents = counter(
             "mycroft_incidents", "Incidents seen (first root cause of each).",
-            ["job_id", "kind"], registry=registry,
+            "job_id", "kind",
         )  # fmt: skip
-        self.revisions = Counter(
-            "mycroft_root_cause_revisions", "Root-cause revisions applied.",
-            ["job_id"], registry=registry,
-        )  # fmt: skip
-        self.open = Gauge(
-            "mycroft_incidents_open", "Incidents open now.",
-            ["job_id", "kind"], registry=registry,
-        )  # fmt: skip
-        self.info = Gauge(
+        self.revisions = counter(
+            "mycroft_root_cause_revisions", "Root-cause revisions applied.", "job_id"
+        )
+        self.open = gauge(
+            "mycroft_incidents_open", "Incidents open now.", "job_id", "kind"
+        )
+        self.info = gauge(
             "mycroft_root_cause_info",
             "Best culprit of each open incident (value 1; superseded series removed).",
-            list(INFO_LABELS), registry=registry,
+            *INFO_LABELS,
         )  # fmt: skip
-        self.confidence = Gauge(
+        self.reason = gauge(
+            "mycroft_root_cause_reason_info",
+            "Why the best culprit of each open incident is blamed (value 1).",
+            "job_id", "incident", "reason",
+        )  # fmt: skip
+        self.confidence = gauge(
             "mycroft_culprit_confidence",
             "Confidence of the best culprit of each open incident (0..1).",
-            ["job_id", "incident"], registry=registry,
+            "job_id", "incident",
         )  # fmt: skip
-        self.detection_latency = Histogram(
+        self.jobs = gauge(
+            "mycroft_jobs_active", "Jobs with a record within the job-end timeout."
+        )
+        self.detection_latency = histogram(
             "mycroft_detection_latency_seconds",
-            "Fault onset to detection, per anomaly (trace clock).",
-            ["kind"], buckets=LATENCY_BUCKETS_S, registry=registry,
-        )  # fmt: skip
-        self.rca_latency = Histogram(
+            "Fault onset to detection, per incident (trace clock).",
+        )
+        self.rca_latency = histogram(
             "mycroft_rca_latency_seconds",
-            "Detection to first root cause, per incident (trace clock).",
-            ["kind"], buckets=LATENCY_BUCKETS_S, registry=registry,
-        )  # fmt: skip
+            "Fault onset to first root cause, per incident (trace clock).",
+        )
 
     def write(self, record: SinkRecord) -> None:
         """Update the metrics from one record; re-delivery changes nothing.
@@ -129,11 +200,23 @@ class PrometheusSink:
         """
         if self._closed:
             raise SinkError("PrometheusSink is closed", retryable=False)
+        self.job_alive(record.job_id)
         if isinstance(record, Anomaly):
             self._anomaly(record)
         elif isinstance(record, RootCause):
             self._root_cause(record)
         self.expire()
+
+    def job_alive(self, job_id: str) -> None:
+        """Note a record of ``job_id`` now (the service calls it per heartbeat)."""
+        if job_id not in self._jobs:
+            for kind in _KINDS:
+                self.anomalies.labels(job_id, kind)
+                self.incidents.labels(job_id, kind)
+                self.open.labels(job_id, kind)
+            self.revisions.labels(job_id)
+        self._jobs[job_id] = self._clock()
+        self.jobs.set(len(self._jobs))
 
     def _anomaly(self, a: Anomaly) -> None:
         if a.anomaly_id in self._seen:
@@ -142,8 +225,6 @@ class PrometheusSink:
         if len(self._seen) > _SEEN_ANOMALIES:
             self._seen.popitem(last=False)
         self.anomalies.labels(a.job_id, a.kind.value).inc()
-        latency_s = max(0.0, (a.detected_ns - a.onset_ns) / 1e9)
-        self.detection_latency.labels(a.kind.value).observe(latency_s)
 
     def _root_cause(self, rc: RootCause) -> None:
         old = self._open.get(rc.incident_id)
@@ -151,24 +232,30 @@ class PrometheusSink:
             return  # a duplicate or an older revision delivered again
         if old is None:
             self.incidents.labels(rc.job_id, rc.kind.value).inc()
-            latency_s = max(0.0, rc.rca_latency_s)
-            self.rca_latency.labels(rc.kind.value).observe(latency_s)
         else:
             self._forget(rc.incident_id, old)
+        if rc.revision == 0:
+            kind = rc.kind.value
+            self.detection_latency.labels(kind).observe(_since(rc, rc.detected_ns))
+            self.rca_latency.labels(kind).observe(_since(rc, rc.resolved_ns))
         self.revisions.labels(rc.job_id).inc()
-        info = _info_labels(rc)
-        entry = _Open(rc.job_id, rc.kind.value, rc.revision, info, self._clock())
+        best = rc.culprits[0] if rc.culprits else None
+        entry = _Open(
+            rc.job_id, rc.kind.value, rc.revision, _info_labels(rc, best),
+            _reason(best), self._clock(),
+        )  # fmt: skip
         self._open[rc.incident_id] = entry
         self.open.labels(entry.job, entry.kind).inc()
-        if info:
-            self.info.labels(*info).set(1)
-            best = rc.culprits[0].confidence
-            self.confidence.labels(rc.job_id, rc.incident_id).set(best)
+        if best is not None:
+            self.info.labels(*entry.info).set(1)
+            self.reason.labels(rc.job_id, rc.incident_id, entry.reason).set(1)
+            self.confidence.labels(rc.job_id, rc.incident_id).set(best.confidence)
 
     def _forget(self, incident_id: str, entry: _Open) -> None:
         self.open.labels(entry.job, entry.kind).dec()
         if entry.info:
             self.info.remove(*entry.info)
+            self.reason.remove(entry.job, incident_id, entry.reason)
             self.confidence.remove(entry.job, incident_id)
 
     def close_incident(self, incident_id: str) -> bool:
@@ -180,20 +267,40 @@ class PrometheusSink:
         return True
 
     def expire(self) -> list[str]:
-        """Close incidents idle for longer than ``incident_ttl_s``; return their ids."""
-        cutoff = self._clock() - self._ttl_s
-        stale = [i for i, e in self._open.items() if e.updated_s < cutoff]
+        """Close idle incidents and end silent jobs; return the closed incidents."""
+        now = self._clock()
+        ended = {j for j, t in self._jobs.items() if t < now - self._job_end_s}
+        stale = [
+            i for i, e in self._open.items()
+            if e.job in ended or e.updated_s < now - self._ttl_s
+        ]  # fmt: skip
         for incident_id in stale:
             self.close_incident(incident_id)
+        for job in ended:
+            self._end_job(job)
         return stale
+
+    def _end_job(self, job: str) -> None:
+        """Remove every series of ``job``; its history stays in Prometheus."""
+        del self._jobs[job]
+        for kind in _KINDS:
+            for family in (self.anomalies, self.incidents, self.open):
+                family.remove(job, kind)
+        self.revisions.remove(job)
+        self.jobs.set(len(self._jobs))
 
     @property
     def open_incidents(self) -> frozenset[str]:
         """Ids of the incidents open now."""
         return frozenset(self._open)
 
+    @property
+    def active_jobs(self) -> frozenset[str]:
+        """Jobs seen within the job-end timeout."""
+        return frozenset(self._jobs)
+
     def flush(self) -> None:
-        """Expire idle incidents; metrics are visible as soon as they are set."""
+        """Expire idle incidents and jobs; metrics are visible as soon as set."""
         self.expire()
 
     def close(self) -> None:
@@ -201,16 +308,32 @@ class PrometheusSink:
         self._closed = True
 
 
-def _info_labels(rc: RootCause) -> tuple[str, ...]:
+def _since(rc: RootCause, t_ns: int) -> float:
+    return max(0.0, (t_ns - rc.onset_ns) / 1e9)
+
+
+def flow_label(best: Culprit) -> str:
+    """``"33->41 ch2"`` for a culprit naming a flow; ``""`` otherwise."""
+    if best.peer is None:
+        return ""
+    channel = "" if best.channel is None else f" ch{best.channel}"
+    return f"{best.rank}->{best.peer}{channel}"
+
+
+def _reason(best: Culprit | None) -> str:
+    if best is None:
+        return ""
+    text = " ".join(best.reason.split())
+    if len(text) > REASON_MAX_CHARS:
+        text = text[: REASON_MAX_CHARS - 3] + "..."
+    return text
+
+
+def _info_labels(rc: RootCause, best: Culprit | None) -> tuple[str, ...]:
     """Label values of the info series of ``rc``; empty without culprits."""
-    if not rc.culprits:
+    if best is None:
         return ()
-    best = rc.culprits[0]
     return (
-        rc.job_id,
-        rc.incident_id,
-        str(best.rank),
-        best.host,
-        best.component.value,
-        best.kind.value,
-    )
+        rc.job_id, rc.incident_id, str(best.rank), best.host,
+        best.component.value, best.kind.value, flow_label(best),
+    )  # fmt: skip

@@ -1,10 +1,13 @@
 """``mycroft sinks run``: forward detection results from Kafka to the sinks.
 
-Consumes the anomaly and root-cause topics with a
+Consumes the anomaly, root-cause and heartbeat topics with a
 :class:`~mycroft.kafka_client.DecodingConsumer` (bad records go to the dead
 letters), writes every record to each configured sink, flushes, and only then
 commits the offsets: at-least-once. Sinks are idempotent (anomaly ids,
 incident ids with revisions), so re-delivery after a crash is harmless.
+Heartbeats only tell sinks that track jobs (:class:`JobWatcher`, the
+Prometheus sink) that the job still runs: one silent for ``--job-end``
+seconds has ended and its incidents close.
 
 A retryable :class:`~mycroft.errors.SinkError` is retried with exponential
 backoff; when retries run out the service exits non-zero *without*
@@ -25,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mycroft.errors import ConfigError, MycroftError, SinkError
-from mycroft.schemas.records import Anomaly, RootCause
-from mycroft.sinks.base import Sink, SinkRecord
+from mycroft.schemas.records import Anomaly, Heartbeat, RootCause
+from mycroft.sinks.base import JobWatcher, Sink, SinkRecord
 from mycroft.stop_signal import StopSignal
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,7 @@ class ForwarderStats:
 
     written: int = 0
     skipped: int = 0
+    heartbeats: int = 0
     dropped: int = 0
     retries: int = 0
     commits: int = 0
@@ -110,6 +114,8 @@ class Forwarder:
         for _, record in batch:
             if isinstance(record, Anomaly | RootCause):
                 self._deliver(record)
+            elif isinstance(record, Heartbeat):
+                self._alive(record.job_id)
             else:
                 self.stats.skipped += 1
         for sink in self.sinks:
@@ -117,9 +123,16 @@ class Forwarder:
         if batch:
             self._commit()
             self.stats.commits += 1
+            s = self.stats
             logger.info("committed %d records (total %d)", len(batch),
-                        self.stats.written + self.stats.skipped)  # fmt: skip
+                        s.written + s.skipped + s.heartbeats)  # fmt: skip
         return len(batch)
+
+    def _alive(self, job_id: str) -> None:
+        self.stats.heartbeats += 1
+        for sink in self.sinks:
+            if isinstance(sink, JobWatcher):
+                sink.job_alive(job_id)
 
     def _deliver(self, record: SinkRecord) -> None:
         for sink in self.sinks:
@@ -189,6 +202,13 @@ def _parser(env: dict[str, str]) -> argparse.ArgumentParser:
         help="seconds without a revision before an incident closes (default 600)",
     )
     add(
+        "--job-end",
+        type=_positive,
+        default=float(env.get("MYCROFT_SINKS__JOB_END_S", "60")),
+        help="seconds without a heartbeat or result of a job before it counts as "
+        "ended and its incidents close (env MYCROFT_SINKS__JOB_END_S, default 60)",
+    )
+    add(
         "--opensearch-url",
         default=env.get("MYCROFT_SINKS__OPENSEARCH_URL"),
         help="OpenSearch/Elasticsearch URL (env MYCROFT_SINKS__OPENSEARCH_URL)",
@@ -249,7 +269,8 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     sinks, closers = _build_sinks(args)
     topics = TopicSet(args.topic_prefix)
     consumer = DecodingConsumer(
-        args.bootstrap, args.group, [topics.anomaly, topics.rootcause],
+        args.bootstrap, args.group,
+        [topics.anomaly, topics.rootcause, topics.heartbeat],
         topics.deadletter, auto_commit=False,
     )  # fmt: skip
 
@@ -285,7 +306,9 @@ def _build_sinks(
 
         host, port = _split_listen(args.prometheus_listen)
         registry = CollectorRegistry()
-        prom = PrometheusSink(registry, incident_ttl_s=args.incident_ttl)
+        prom = PrometheusSink(
+            registry, incident_ttl_s=args.incident_ttl, job_end_s=args.job_end
+        )
         server, thread = start_http_server(port, host, registry=registry)
         logger.info("serving metrics on http://%s:%d/metrics", host, port)
         sinks.append(prom)

@@ -26,7 +26,10 @@ def root_cause(
     component: Component = Component.NIC,
     confidence: float = 0.8,
 ) -> RootCause:
-    culprit = Culprit(rank, host, component, FaultKind.HANG, confidence, peer=4)
+    culprit = Culprit(
+        rank, host, component, FaultKind.HANG, confidence, peer=4,
+        reason=f"rank {rank} never sent",
+    )  # fmt: skip
     return RootCause(
         incident_id=incident, revision=revision, job_id=job, kind=FaultKind.HANG,
         culprits=(culprit,), evidence=(Evidence("rank 3 never sent", rank=3),),

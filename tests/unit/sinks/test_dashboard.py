@@ -11,7 +11,8 @@ from mycroft.sinks.prometheus import METRIC_NAMES
 
 DASHBOARD = Path(__file__).parents[3] / "infra" / "grafana" / "mycroft-dashboard.json"
 FUNCTIONS = {"sum", "rate", "increase", "histogram_quantile", "vector", "by", "or",
-             "label_values", "le", "job_id", "kind"}  # fmt: skip
+             "label_values", "le", "job_id", "kind", "count", "max",
+             "component"}  # fmt: skip
 
 
 def _exprs(node: Any) -> list[str]:

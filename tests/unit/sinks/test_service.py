@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from mycroft.errors import SinkError
+from mycroft.schemas.records import Heartbeat
 from mycroft.sinks.memory import MemorySink
+from mycroft.sinks.prometheus import PrometheusSink
 from mycroft.sinks.service import Backoff, Forwarder, main
-from tests.unit.samples import header
+from tests.unit.samples import all_records, header
 from tests.unit.sinks.records import anomaly, root_cause
 
 
@@ -72,6 +75,17 @@ def test_other_records_are_skipped() -> None:
     fw, commits, _ = make(Source([header(), anomaly()]), sink)  # type: ignore[list-item]
     fw.step()
     assert fw.stats.skipped == 1 and len(sink.flushed) == 1 and commits
+
+
+def test_heartbeats_keep_the_job_alive_in_job_watchers() -> None:
+    registry = CollectorRegistry()
+    prom, memory = PrometheusSink(registry), MemorySink()
+    beat = next(r for r in all_records() if isinstance(r, Heartbeat))
+    fw, commits, _ = make(Source([beat, beat]), memory)
+    fw.sinks.append(prom)
+    fw.step()
+    assert fw.stats.heartbeats == 2 and fw.stats.skipped == 0 and commits
+    assert prom.active_jobs == frozenset({beat.job_id}) and not memory.flushed
 
 
 def test_retryable_flush_is_retried_with_backoff() -> None:
