@@ -116,7 +116,7 @@ class Agent:
         )
         if now - self._last_beat >= self.heartbeat_s * 1e9:
             self._last_beat = now
-            entries.append(self._entry(self.heartbeat(now)))
+            entries.append(self._entry(self.heartbeat(self._beat_ns(now))))
         self.batches_made += len(entries)
         self.shipper.submit(entries, self.source.checkpoint())
         if now - self._last_commit >= 1e9:  # a stale ack cursor only means duplicates
@@ -181,6 +181,14 @@ class Agent:
             for st in sorted(self.agg.ranks.values(), key=lambda s: s.rank)
         )
         return Topology(self.job_id, self.host, "", now, ranks)
+
+    def _beat_ns(self, now: int) -> int:
+        """A heartbeat's time: now, or replaying a trace, the trace time of
+        the newest frame sent (the records' own clock, so that a worker
+        orders the beat among them instead of years ahead of them)."""
+        if isinstance(self.source, ReplaySource) and self.source.trace_ns:
+            return self.source.trace_ns
+        return now
 
     def heartbeat(self, now: int) -> Heartbeat:
         """Liveness, loss counters (cumulative since ``agent_epoch``), NIC ports."""

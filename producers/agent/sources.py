@@ -174,6 +174,7 @@ class ReplaySource:
         self._pending: Frame | None = None
         self._t0_trace: int | None = None
         self.finished = False
+        self.trace_ns = 0  # trace time of the newest frame taken (0: none yet)
 
     def take(self, elapsed_s: float, limit: int = 10_000) -> list[Frame]:
         """Frames due ``elapsed_s`` after the start (at most ``limit``)."""
@@ -194,6 +195,8 @@ class ReplaySource:
                 break
             out.append(frame)
         self.done += len(out)
+        if out:
+            self.trace_ns = max(self.trace_ns, out[-1].ts_ns)
         return out
 
     def checkpoint(self) -> dict[str, Any]:

@@ -93,6 +93,11 @@ class EventTimeConfig:
     Attributes:
         cadence_ns: Evaluation step of event time: ``mycroft analyze``'s
             (100 ms, the agents' sampling tick).
+        max_gap_ns: Longest stretch of event time without records evaluated
+            tick by tick; past it the clock jumps to the next record, on the
+            same grid (a host clock that jumps years ahead must cost a bounded
+            number of evaluations): longer than every detector's window
+            (hang threshold at most 10 s, completion timeout 30 s).
         lateness_ns: How far behind the newest record the watermark trails
             once every partition is read to its end: the skew between hosts'
             ticks and the producers' send delay (linger 5 ms, one tick of
@@ -108,6 +113,7 @@ class EventTimeConfig:
     """
 
     cadence_ns: int = 100_000_000
+    max_gap_ns: int = 60_000_000_000
     lateness_ns: int = 200_000_000
     straggler_ns: int = 5_000_000_000
     idle_s: float = 3.0
@@ -116,6 +122,8 @@ class EventTimeConfig:
         """Reject bounds that cannot hold a watermark."""
         if self.cadence_ns <= 0:
             raise ValueError(f"cadence_ns must be > 0, got {self.cadence_ns}")
+        if self.max_gap_ns < self.cadence_ns:
+            raise ValueError(f"max_gap_ns must be >= cadence_ns, got {self.max_gap_ns}")
         if not 0 <= self.lateness_ns <= self.straggler_ns:
             raise ValueError(
                 "need 0 <= lateness_ns <= straggler_ns, got "
@@ -150,6 +158,7 @@ class EventClock:
     released_ns: int = -1  # time of the newest record handed to the engine
     next_eval_ns: int = -1
     late: int = 0
+    skipped_ticks: int = 0  # evaluations left out across gaps over max_gap_ns
     idle_advanced_ns: int = 0  # event time added by the idle rule
     held: bool = False  # the last advance stopped at its evaluation budget
     _heap: list[tuple[int, int, str, int, int, Any]] = field(default_factory=list)
@@ -285,6 +294,18 @@ class EventClock:
         at most ``budget`` of them (``-1``: all); return the budget left."""
         if self.next_eval_ns < 0:
             self.next_eval_ns = t_ns
+        cfg = self.config
+        if t_ns - self.next_eval_ns > cfg.max_gap_ns:
+            end = self.next_eval_ns + cfg.max_gap_ns
+            while self.next_eval_ns <= end and budget != 0:
+                out.extend(engine.evaluate(self.next_eval_ns))
+                self.next_eval_ns += cfg.cadence_ns
+                budget -= budget > 0
+            if budget == 0:
+                return 0
+            skip = (t_ns - self.next_eval_ns) // cfg.cadence_ns
+            self.next_eval_ns += skip * cfg.cadence_ns
+            self.skipped_ticks += skip
         while self.next_eval_ns <= t_ns and budget != 0:
             out.extend(engine.evaluate(self.next_eval_ns))
             self.next_eval_ns += self.config.cadence_ns

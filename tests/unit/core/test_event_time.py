@@ -253,3 +253,14 @@ def test_read_order_matters_without_the_clock() -> None:
         found += engine.evaluate(newest)
     assert _offline(records) == ([], {})
     assert any(isinstance(f, RootCause) for f in found)
+
+
+def test_a_jump_of_years_costs_a_bounded_number_of_evaluations() -> None:
+    cfg = EventTimeConfig(max_gap_ns=2 * S)
+    clock, eng = EventClock(cfg), _Counter()
+    clock.push(_State("a"), 0)
+    clock.push(_State("a"), 86_400 * 365 * S)  # a clock that jumped a year
+    clock.finish(eng)
+    assert len(eng.evaluated) <= 2 * S // cfg.cadence_ns + 10
+    assert eng.evaluated[-1] % cfg.cadence_ns == 0  # still on the grid
+    assert clock.skipped_ticks > 10**8
