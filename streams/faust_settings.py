@@ -30,7 +30,10 @@ class StreamSettings:
         app_id: Faust app id: consumer group and prefix of internal topics.
         prefix: Namespace prefix of Mycroft's topics (see ``TopicSet``).
         partitions: Partitions of every source topic, table and tick topic.
-        evaluate_interval_s: Period of the timer-driven ``evaluate`` per job.
+        evaluate_interval_s: Wall period of the tick that advances each job's
+            event clock (``streams/core/event_time.py``): records the
+            watermark passed reach the engine, with an evaluation every
+            100 ms of event time in between, whatever this period.
         snapshot_interval_s: Period of engine snapshots + offset commits.
         web_port: Faust web port; 0 disables the web server.
         data_dir: Faust data directory.
@@ -49,8 +52,10 @@ class StreamSettings:
         trace_speed: Trace seconds per wall-clock second of the jobs fed to
             this worker: 1 for live jobs; below 1 for a replay or a
             simulation published slower than real time (``mycroft simulate
-            --speed``). A job's clock runs on at this rate while its records
-            are silent, so hang thresholds stay in trace seconds.
+            --speed``). A job whose every source partition is read to its
+            end and which sent nothing for 3 s has its clock run on at this
+            rate (the event clock's only wall-clock rule), so hang
+            thresholds stay in trace seconds.
     """
 
     bootstrap: str
