@@ -87,11 +87,11 @@ def _describe(record: Anomaly | RootCause, start_s: float) -> str:
         return head + " (no culprit)"
     flow = (
         f" flow {best.rank}->{best.peer} ch{best.channel}"
-        if best.peer is not None
+        if best.peer is not None and best.scope != "link"
         else ""
     )
     lines = [
-        f"{head} -> rank {best.rank} on {best.host}, component {best.component.value}"
+        f"{head} -> {best.subject()}, component {best.component.value}"
         f"{flow}, confidence {best.confidence:.2f}"
     ]
     lines += [f"               evidence: {e.fact}" for e in record.evidence[:4]]
@@ -140,7 +140,7 @@ def _summary(truth_path: Path, found: list[RootCause]) -> str:
     for rc in latest.values():
         best = rc.culprits[0]
         lines.append(
-            f"  {rc.kind.value}: rank {best.rank}, component {best.component.value}"
+            f"  {rc.kind.value}: {best.subject()}, component {best.component.value}"
             f" (detected {rc.detection_latency_s:.1f}s after onset, "
             f"root cause {rc.rca_latency_s:.1f}s later)"
         )

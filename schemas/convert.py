@@ -256,7 +256,11 @@ def _anomaly(d: Datum) -> Anomaly:
 
 
 def _culprit_datum(c: Culprit) -> Datum:
-    return vars(c) | {"component": c.component.value, "kind": c.kind.value}
+    return vars(c) | {
+        "component": c.component.value,
+        "kind": c.kind.value,
+        "ranks": list(c.ranks),
+    }
 
 
 def _evidence_datum(e: Evidence) -> Datum:
@@ -264,8 +268,16 @@ def _evidence_datum(e: Evidence) -> Datum:
 
 
 def _culprit(c: Datum) -> Culprit:
+    # A comm summary's culprits (its own schema) have no scope fields.
     return Culprit(
-        **(c | {"component": Component(c["component"]), "kind": FaultKind(c["kind"])})
+        **(
+            c
+            | {
+                "component": Component(c["component"]),
+                "kind": FaultKind(c["kind"]),
+                "ranks": tuple(c.get("ranks", ())),
+            }
+        )
     )
 
 

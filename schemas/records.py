@@ -177,7 +177,14 @@ class Anomaly:
 
 @dataclass(frozen=True)
 class Culprit:
-    """One suspect, best first in a root cause. ``peer``/``channel`` name the flow."""
+    """One suspect, best first in a root cause. ``peer``/``channel`` name the flow.
+
+    ``scope`` says what is blamed: ``rank`` (one GPU and its process), ``nic``
+    (the NIC ``device`` of ``host``, shared by ``ranks``), ``host`` (the whole
+    host, ``ranks`` all of its ranks) or ``link`` (the flow ``rank -> peer``).
+    ``rank`` is always one rank of the culprit, the one with the strongest
+    evidence.
+    """
 
     rank: int
     host: str
@@ -187,6 +194,31 @@ class Culprit:
     peer: int | None = None
     channel: int | None = None
     reason: str = ""
+    scope: str = "rank"
+    device: str | None = None
+    ranks: tuple[int, ...] = ()
+
+    def subject(self) -> str:
+        """The culprit in words: ``NIC mlx5_0 of node0004 (ranks 32, 33)``,
+        ``host node0004 (ranks 32-39)``, ``link 5 -> 9 (node0001, channel 2)``
+        or ``rank 5 on node0001``."""
+        if self.scope == "nic" and self.device:
+            return f"NIC {self.device} of {self.host} ({_rank_list(self.ranks)})"
+        if self.scope == "host":
+            return f"host {self.host} ({_rank_list(self.ranks)})"
+        if self.scope == "link" and self.peer is not None:
+            ch = "" if self.channel is None else f", channel {self.channel}"
+            return f"link {self.rank} -> {self.peer} ({self.host}{ch})"
+        return f"rank {self.rank} on {self.host}"
+
+
+def _rank_list(ranks: tuple[int, ...]) -> str:
+    """``ranks 32, 33``, ``ranks 32-39`` (a run of 3 or more), ``rank 5``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    run = len(ranks) >= 3 and list(ranks) == list(range(ranks[0], ranks[-1] + 1))
+    body = f"{ranks[0]}-{ranks[-1]}" if run else ", ".join(map(str, ranks))
+    return f"ranks {body}"
 
 
 @dataclass(frozen=True)

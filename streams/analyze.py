@@ -129,6 +129,10 @@ def to_json(
                     "best": i == 0,
                     "rank": c.rank,
                     "host": c.host,
+                    "scope": c.scope,
+                    "device": c.device,
+                    "ranks": list(c.ranks),
+                    "subject": c.subject(),
                     "peer": c.peer,
                     "channel": c.channel,
                     "component": c.component.value,
@@ -173,9 +177,11 @@ def _print_human(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> None
             f"detected {rc.detection_latency_s:.2f} s after onset"
         )
         for c in rc.culprits:
-            flow = f" flow ->{c.peer} ch{c.channel}" if c.peer is not None else ""
+            flow = ""
+            if c.peer is not None and c.scope != "link":
+                flow = f" flow {c.rank} -> {c.peer} ch{c.channel}"
             print(
-                f"  rank {c.rank} on {c.host}: {c.component.value}{flow} "
+                f"  {c.subject()}: {c.component.value}{flow} "
                 f"({c.confidence:.2f}) {c.reason}"
             )
         for e in rc.evidence[:8]:

@@ -25,6 +25,7 @@ from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CompletionTracker, RecentStats
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.culprit_scope import scope_culprits
 from mycroft.streams.core.detect import (
     DetectContext,
     detect_hangs,
@@ -284,7 +285,7 @@ class Analyzer:
             revision=inc.revision,
             job_id=self.ctx.job_id,
             kind=kind,
-            culprits=tuple(culprits),
+            culprits=tuple(scope_culprits(culprits, self.ctx.topo)),
             evidence=tuple(evidence[:24]),
             anomaly_ids=tuple(
                 sorted(list(inc.anomalies)[: self.cfg.incident_max_anomalies])
