@@ -200,7 +200,7 @@ class Pipeline:
     ) -> None:
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
-        self.router = JobRouter(factory, settings.trace_speed)
+        self.router = JobRouter(factory)
         self.counts: Counter[str] = Counter()
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
         self.last_stats = time.monotonic()

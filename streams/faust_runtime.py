@@ -75,12 +75,11 @@ class JobSlot:
     are those of ``mycroft analyze`` on the same records, whatever the read
     order and speed (``streams/core/event_time.py``). ``trace_ns`` is the
     newest record time read; ``anchor_s`` the wall time it was read at.
-    ``speed`` is trace seconds per wall second (below 1 for a slowed replay),
-    what a silent job's clock advances by. ``seen_s`` is the wall time of the
-    last record, whatever its trace time: a worker behind on one topic still
-    reads a job's older completions after its state records reached the
-    job's end, and the job is not idle then. ``offsets``: per record type,
-    the source offset of the job's newest record of that type.
+    ``seen_s`` is the wall time of the last record, whatever its trace time:
+    a worker behind on one topic still reads a job's older completions after
+    its state records reached the job's end, and the job is not idle then.
+    ``offsets``: per record type, the source offset of the job's newest
+    record of that type.
     """
 
     job_id: str
@@ -89,7 +88,6 @@ class JobSlot:
     trace_ns: int = 0
     anchor_s: float = 0.0
     dirty: bool = True  # changed since its last snapshot
-    speed: float = 1.0
     seen_s: float = 0.0
     clock: EventClock = field(default_factory=EventClock)
     offsets: dict[str, int] = field(default_factory=dict)
@@ -114,7 +112,7 @@ class JobSlot:
         """Release what the watermark passed into the engine; return findings."""
         idle = max(0.0, wall_s - self.seen_s) if self.seen_s else 0.0
         out: list[Finding | CommSummary] = self.clock.advance(
-            self.engine, source, idle, self.speed, max_evals
+            self.engine, source, idle, max_evals
         )
         return out
 
@@ -154,9 +152,7 @@ def dump_changed(
     return blobs, too_big
 
 
-def load_slot(
-    blob: bytes, partition: int, wall_s: float, speed: float = 1.0
-) -> JobSlot:
+def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
     """Rebuild a slot from :func:`dump_slot` bytes; its clock restarts at ``wall_s``.
 
     Only this worker's own changelog topic is ever unpickled.
@@ -165,9 +161,7 @@ def load_slot(
     if payload[0] != SNAPSHOT_VERSION:
         raise ValueError(f"snapshot version {payload[0]} is not {SNAPSHOT_VERSION}")
     _, job_id, trace_ns, engine, clock = payload
-    return JobSlot(
-        job_id, partition, engine, trace_ns, wall_s, speed=speed, clock=clock
-    )
+    return JobSlot(job_id, partition, engine, trace_ns, wall_s, clock=clock)
 
 
 @dataclass
@@ -175,7 +169,6 @@ class JobRouter:
     """Job id -> slot, grouped by partition; creates engines on first sight."""
 
     factory: EngineFactory
-    speed: float = 1.0  # trace s per wall s (StreamSettings.trace_speed)
     slots: dict[str, JobSlot] = field(default_factory=dict)
     loaded: set[int] = field(default_factory=set)
 
@@ -183,7 +176,7 @@ class JobRouter:
         """The job's slot, created empty when new."""
         slot = self.slots.get(job_id)
         if slot is None:
-            slot = JobSlot(job_id, partition, self.factory(job_id), speed=self.speed)
+            slot = JobSlot(job_id, partition, self.factory(job_id))
             self.slots[job_id] = slot
         return slot
 
@@ -203,7 +196,7 @@ class JobRouter:
             if job_id in self.slots:
                 continue
             try:
-                self.slots[job_id] = load_slot(blob, partition, wall_s, self.speed)
+                self.slots[job_id] = load_slot(blob, partition, wall_s)
             except (
                 ValueError,
                 AttributeError,
@@ -270,7 +263,8 @@ def mark_sent(state: Mapping[str, Any] | None, finding: Finding) -> dict[str, An
 
 def rank_chunks(batches: Sequence[CompletionBatch]) -> dict[int, int]:
     """Chunks moved per rank by the ops completed in ``batches`` (a batch
-    whose ops do not account for its flows is left out)."""
+    whose ops do not account for its flows is left out, and so are the rows
+    of a negative rank: rates are read at intake, before the record gate)."""
     full = [b for b in batches if len(b.op) and len(b.flow)]
     if not full:
         return {}
@@ -285,6 +279,10 @@ def rank_chunks(batches: Sequence[CompletionBatch]) -> dict[int, int]:
     op = np.concatenate([b.op[["rank", "nflows"]] for b in ok])
     ranks = np.repeat(op["rank"], op["nflows"])
     chunks = np.concatenate([b.flow["chunks"] for b in ok]).astype(np.float64)
+    if (ranks < 0).any():
+        ranks, chunks = ranks[ranks >= 0], chunks[ranks >= 0]
+        if not len(ranks):
+            return {}
     totals = np.bincount(ranks, weights=chunks)
     present = np.unique(ranks)
     moved = totals[present].astype(np.int64)

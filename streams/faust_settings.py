@@ -49,13 +49,10 @@ class StreamSettings:
             detection and summaries) or ``job`` (stage 2: per job root cause).
         comm_groups: Comm groups per job in the two-stage worker; ``split``
             and ``comm`` workers must agree on it.
-        trace_speed: Trace seconds per wall-clock second of the jobs fed to
-            this worker: 1 for live jobs; below 1 for a replay or a
-            simulation published slower than real time (``mycroft simulate
-            --speed``). A job whose every source partition is read to its
-            end and which sent nothing for 3 s has its clock run on at this
-            rate (the event clock's only wall-clock rule), so hang
-            thresholds stay in trace seconds.
+        trace_speed: Deprecated, read by nothing: verdicts follow each job's
+            event time (``streams/core/event_time.py``) whatever the pace
+            its records are published at. Still accepted (0.01..100) so
+            that existing command lines and configs keep working.
     """
 
     bootstrap: str
@@ -159,7 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--comm-groups", type=int, help="comm groups per job (two-stage)")
     p.add_argument(
-        "--trace-speed", type=float, help="trace s per wall s of the jobs (default 1)"
+        "--trace-speed", type=float, help="deprecated, ignored: verdicts use event time"
     )
     return p
 

@@ -44,10 +44,14 @@ bounds makes one. What this does not order: records a host appends far out
 of event time (an agent replaying its spool minutes later while the other
 hosts stream live) arrive late by design and are counted.
 
-The one rule that reads the wall clock: a job whose every stream is caught
-up and silent for ``idle_s`` of wall time (every host died, or the job
-ended) has its clock advanced by the wall time since its last record, times
-the trace speed, so that a hang of the whole job is still evaluated.
+The one rule that reads the wall clock: a job whose every stream is read to
+its end and which sent nothing for ``idle_s`` of wall time (the job ended,
+every host died, or the broker is away) is *quiet*: every record read is
+released and the next tick is evaluated once, as ``Replay.finish`` does at
+the end of a trace. Nothing more is concluded from wall time passing (an
+engine evaluated on and on without records revises its verdicts on time
+alone); records that come later carry on from there, as the same records in
+one trace would.
 """
 
 from __future__ import annotations
@@ -108,8 +112,8 @@ class EventTimeConfig:
             dead host or a hung job's completion stream falls behind without
             bound and must not stall the job.
         idle_s: Wall seconds with every partition read and no record of the
-            job before its clock advances with the wall clock: twice the
-            slowest heartbeat period, so a live job never takes this path.
+            job before it is quiet (module docstring): three heartbeat
+            periods, so a live job never takes this path.
     """
 
     cadence_ns: int = 100_000_000
@@ -159,7 +163,7 @@ class EventClock:
     next_eval_ns: int = -1
     late: int = 0
     skipped_ticks: int = 0  # evaluations left out across gaps over max_gap_ns
-    idle_advanced_ns: int = 0  # event time added by the idle rule
+    quiet_ns: int = -1  # released_ns when the quiet rule last evaluated
     held: bool = False  # the last advance stopped at its evaluation budget
     _heap: list[tuple[int, int, str, int, int, Any]] = field(default_factory=list)
     _arrivals: Any = field(default_factory=itertools.count, repr=False)
@@ -225,36 +229,36 @@ class EventClock:
         engine: TimedEngine,
         source: Callable[[str], Source],
         idle_wall_s: float = 0.0,
-        speed: float = 1.0,
         max_evals: int = 0,
     ) -> list[Any]:
         """Release the records the watermark passed; evaluate; return findings.
 
         ``idle_wall_s``: wall seconds since the job's last record; past
-        ``config.idle_s`` with every stream caught up, the clock moves on
-        by that time times ``speed`` (the only wall-clock rule).
-        ``max_evals`` (``0``: no limit) bounds the evaluations of one call:
-        a worker catching up on a backlog stops there and goes on at its next
-        call, from the same place, so the outcome is the same.
+        ``config.idle_s`` with every stream read to its end the job is quiet
+        (module docstring). ``max_evals`` (``0``: no limit) bounds the
+        evaluations of one call: a worker catching up on a backlog stops
+        there and goes on at its next call, from the same place, so the
+        outcome is the same.
         """
-        w = self.watermark(source)
-        if (
+        quiet = (
             idle_wall_s >= self.config.idle_s
-            and self.streams
+            and bool(self.streams)
             and all(source(name) == "end" for name in self.streams)
-        ):
-            w = max(w, self.newest_ns + int(idle_wall_s * speed * 1e9))
-            self.idle_advanced_ns = max(self.idle_advanced_ns, w - self.newest_ns)
+        )
+        w = self.watermark(source)
+        if quiet:
+            w = max(w, self.newest_ns)
         out: list[Any] = []
         budget = max_evals if max_evals > 0 else -1
         self.held = False
         heap = self._heap
         while heap and heap[0][0] <= w:
             t = heap[0][0]
-            if t < self.released_ns:
+            floor = self._floor()
+            if t < floor:
                 *_, record = heapq.heappop(heap)
                 self.late += 1
-                engine.ingest(record, self.released_ns)
+                engine.ingest(record, floor)
                 continue
             budget = self._evaluate_before(engine, t, out, budget)
             if budget == 0 and self._due(t):
@@ -263,26 +267,27 @@ class EventClock:
             *_, record = heapq.heappop(heap)
             engine.ingest(record, t)
             self.released_ns = t
-        if self.released_ns >= 0:
-            # Ticks up to the watermark: every record below them is in.
-            budget = self._evaluate_before(engine, w, out, budget)
-            self.held = budget == 0 and self._due(w)
+        if self.released_ns < 0:
+            return out
+        # Ticks up to the watermark: every record below them is in.
+        budget = self._evaluate_before(engine, w, out, budget)
+        self.held = budget == 0 and self._due(w)
+        if quiet and not self.held and self.quiet_ns != self.released_ns:
+            out.extend(engine.evaluate(self.next_eval_ns))
+            self.next_eval_ns += self.config.cadence_ns
+            self.quiet_ns = self.released_ns
         return out
 
     def finish(self, engine: TimedEngine) -> list[Any]:
         """Release everything; evaluate once past the last record, as
-        ``Replay.finish`` does."""
-        out = self.advance(engine, lambda _: "end")
-        heap = self._heap
-        while heap:
-            t, *_, record = heapq.heappop(heap)
-            self._evaluate_before(engine, t, out, -1)
-            engine.ingest(record, max(t, self.released_ns))
-            self.released_ns = max(t, self.released_ns)
-        if self.next_eval_ns >= 0:
-            out.extend(engine.evaluate(self.next_eval_ns))
-            self.next_eval_ns = -1
-        return out
+        ``Replay.finish`` does (the quiet rule, without waiting)."""
+        return self.advance(engine, lambda _: "end", idle_wall_s=float("inf"))
+
+    def _floor(self) -> int:
+        """Oldest time a record may have and still be in order: the newest
+        released, or the last evaluated tick, whichever is later."""
+        last_tick = self.next_eval_ns - self.config.cadence_ns
+        return max(self.released_ns, last_tick if self.next_eval_ns >= 0 else -1)
 
     def _due(self, t_ns: int) -> bool:
         return 0 <= self.next_eval_ns <= t_ns

@@ -213,15 +213,31 @@ def test_sparse_stream_holds_while_its_reader_is_behind() -> None:
     assert max(eng.ingested) == 79 * S // 10 - cfg.lateness_ns
 
 
-def test_idle_job_advances_with_the_wall_clock_only_when_caught_up() -> None:
+def test_a_quiet_job_is_evaluated_once_more_and_not_on_and_on() -> None:
     clock, eng = EventClock(), _Counter()
     clock.push(_Rec("a"), 0)
     clock.push(_Rec("a"), S)
     clock.advance(eng, lambda _: "behind", idle_wall_s=10.0)
     assert eng.evaluated == []  # a reader behind: nothing is known to be in
-    clock.advance(eng, lambda _: "end", idle_wall_s=4.0, speed=0.5)
-    assert eng.evaluated[-1] == 3 * S
-    assert clock.idle_advanced_ns == 2 * S
+    clock.advance(eng, lambda _: "end", idle_wall_s=4.0)
+    assert eng.ingested == [0, S] and eng.evaluated[-1] == S + S // 10
+    for idle in (5.0, 60.0, 3600.0):  # wall time passing changes nothing
+        clock.advance(eng, lambda _: "end", idle_wall_s=idle)
+    assert eng.evaluated[-1] == S + S // 10
+    clock.push(_Rec("a"), 2 * S)  # the job goes on, as in one trace
+    clock.finish(eng)
+    assert eng.ingested[-1] == 2 * S and clock.late == 0
+    assert eng.evaluated == list(range(0, 2 * S + S // 10 + 1, S // 10))
+
+
+def test_a_record_behind_an_evaluated_tick_is_late() -> None:
+    clock, eng = EventClock(), _Counter()
+    clock.push(_Rec("a"), 0)
+    clock.push(_Rec("a"), S + S // 20)
+    clock.finish(eng)  # evaluates the tick at 1.1 s
+    clock.push(_Rec("b"), S + S // 12)  # 1.083 s: after that tick was run
+    clock.finish(eng)
+    assert clock.late == 1
 
 
 def test_late_record_is_counted_and_ingested() -> None:
