@@ -54,12 +54,20 @@ def find_binary() -> str:
     return found
 
 
-def render_config(targets: Sequence[str], job: str = "mycroft") -> str:
+def render_config(
+    targets: Sequence[str],
+    job: str = "mycroft",
+    *,
+    rule_files: Sequence[Path] = (),
+    alertmanagers: Sequence[str] = (),
+) -> str:
     """prometheus.yml scraping ``targets`` (``host:port``) every second.
 
-    JSON is valid YAML, so no YAML library is needed.
+    Rules in ``rule_files`` are evaluated every second and their alerts sent
+    to ``alertmanagers`` (``host:port``). JSON is valid YAML, so no YAML
+    library is needed.
     """
-    config = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [
             {
@@ -70,6 +78,11 @@ def render_config(targets: Sequence[str], job: str = "mycroft") -> str:
             }
         ],
     }
+    if rule_files:
+        config["rule_files"] = [str(Path(f).resolve()) for f in rule_files]
+    if alertmanagers:
+        static = [{"targets": list(alertmanagers)}]
+        config["alerting"] = {"alertmanagers": [{"static_configs": static}]}
     return json.dumps(config, indent=2) + "\n"
 
 
@@ -80,6 +93,8 @@ class PrometheusServer(LocalService):
         targets: ``host:port`` of each ``/metrics`` endpoint (job ``mycroft``).
         workdir: config and TSDB folder; a new temporary one if None.
         keep: keep a temporary ``workdir`` after :meth:`close`.
+        rule_files: alerting rules to load (``infra/prometheus/mycroft-alerts.yml``).
+        alertmanagers: ``host:port`` of Alertmanagers that receive the alerts.
     """
 
     display_name = "Prometheus"
@@ -92,9 +107,13 @@ class PrometheusServer(LocalService):
         workdir: Path | None = None,
         *,
         keep: bool = False,
+        rule_files: Sequence[Path] = (),
+        alertmanagers: Sequence[str] = (),
     ) -> None:
         super().__init__(workdir, keep=keep, prefix="mycroft-prometheus-")
         self.targets = tuple(targets)
+        self.rule_files = tuple(rule_files)
+        self.alertmanagers = tuple(alertmanagers)
         self._port: int | None = None
 
     @property
@@ -115,7 +134,10 @@ class PrometheusServer(LocalService):
         binary = find_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "prometheus.yml"
-        config.write_text(render_config(self.targets), "utf-8")
+        text = render_config(
+            self.targets, rule_files=self.rule_files, alertmanagers=self.alertmanagers
+        )
+        config.write_text(text, "utf-8")
         if self._port is None:
             self._port = kp.pick_free_ports().client
         cmd = [binary, f"--config.file={config}",
@@ -163,6 +185,20 @@ class PrometheusServer(LocalService):
         data = self.api("query", query=expr)
         result: list[dict[str, Any]] = data["result"]
         return result
+
+    def query_range(
+        self, expr: str, start_s: float, end_s: float, step_s: float = 1.0
+    ) -> list[dict[str, Any]]:
+        """Range query, as a dashboard's graph runs; each result has ``values``."""
+        data = self.api("query_range", query=expr, start=f"{start_s:.3f}",
+                        end=f"{end_s:.3f}", step=f"{step_s:g}")  # fmt: skip
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alerts pending or firing now (``labels``, ``state``, ``annotations``)."""
+        found: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return found
 
     def target_health(self) -> dict[str, str]:
         """Health (``up``, ``down``, ``unknown``) of each active target's scrape URL."""

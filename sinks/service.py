@@ -25,12 +25,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mycroft.errors import ConfigError, MycroftError, SinkError
 from mycroft.schemas.records import Anomaly, Heartbeat, RootCause
 from mycroft.sinks.base import JobWatcher, Sink, SinkRecord
 from mycroft.stop_signal import StopSignal
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from mycroft.sinks.lag import LagMonitor
+    from mycroft.topics import TopicSet
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +215,13 @@ def _parser(env: dict[str, str]) -> argparse.ArgumentParser:
         "ended and its incidents close (env MYCROFT_SINKS__JOB_END_S, default 60)",
     )
     add(
+        "--lag-group",
+        action="append",
+        help="stream-worker consumer group (its --app-id) whose lag on the raw "
+        "topics is exported with the Prometheus metrics; repeatable "
+        "(env MYCROFT_SINKS__LAG_GROUPS, comma-separated; default mycroft-streams)",
+    )
+    add(
         "--opensearch-url",
         default=env.get("MYCROFT_SINKS__OPENSEARCH_URL"),
         help="OpenSearch/Elasticsearch URL (env MYCROFT_SINKS__OPENSEARCH_URL)",
@@ -266,8 +279,8 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
         raise ConfigError("give --bootstrap HOST:PORT or set MYCROFT_BOOTSTRAP")
     if not (args.prometheus_listen or args.opensearch_url):
         raise ConfigError("give --prometheus-listen and/or --opensearch-url")
-    sinks, closers = _build_sinks(args)
     topics = TopicSet(args.topic_prefix)
+    sinks, closers = _build_sinks(args, topics)
     consumer = DecodingConsumer(
         args.bootstrap, args.group,
         [topics.anomaly, topics.rootcause, topics.heartbeat],
@@ -294,8 +307,16 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     return code
 
 
+def _lag_groups(args: argparse.Namespace) -> list[str]:
+    given = args.lag_group
+    if given is None:
+        env = os.environ.get("MYCROFT_SINKS__LAG_GROUPS", "mycroft-streams")
+        given = env.split(",")
+    return [g.strip() for g in given if g.strip()]
+
+
 def _build_sinks(
-    args: argparse.Namespace,
+    args: argparse.Namespace, topics: TopicSet
 ) -> tuple[list[Sink], list[Callable[[], None]]]:
     sinks: list[Sink] = []
     closers: list[Callable[[], None]] = []
@@ -312,8 +333,11 @@ def _build_sinks(
         server, thread = start_http_server(port, host, registry=registry)
         logger.info("serving metrics on http://%s:%d/metrics", host, port)
         sinks.append(prom)
+        lag = _lag_monitor(args, topics, registry)
 
         def stop_http() -> None:
+            if lag is not None:
+                lag.close()
             prom.close()
             server.shutdown()
             server.server_close()
@@ -329,6 +353,21 @@ def _build_sinks(
         sinks.append(search)
         closers.append(search.close)
     return sinks, closers
+
+
+def _lag_monitor(
+    args: argparse.Namespace, topics: TopicSet, registry: CollectorRegistry
+) -> LagMonitor | None:
+    groups = _lag_groups(args)
+    if not groups:
+        return None
+    from mycroft.sinks.lag import LagMonitor  # noqa: PLC0415
+
+    raw = [topics.topology, topics.state, topics.completion, topics.heartbeat]
+    monitor = LagMonitor(args.bootstrap, groups, raw, registry)
+    monitor.start()
+    logger.info("exporting the lag of %s", ", ".join(groups))
+    return monitor
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -50,16 +52,31 @@ def opensearch_url() -> Iterator[str]:
     server.close()
 
 
-StartPrometheus = Callable[[Sequence[str]], PrometheusServer]
+class StartPrometheus(Protocol):
+    """``start(targets, rule_files, alertmanagers) -> PrometheusServer``."""
+
+    def __call__(
+        self,
+        targets: Sequence[str],
+        rule_files: Sequence[Path] = (),
+        alertmanagers: Sequence[str] = (),
+    ) -> PrometheusServer: ...
 
 
 @pytest.fixture
 def start_prometheus() -> Iterator[StartPrometheus]:
-    """``start(targets) -> PrometheusServer`` scraping ``targets`` every second."""
+    """Start Prometheus scraping ``targets`` every second (rules evaluated
+    every second, alerts sent to ``alertmanagers``)."""
     servers: list[PrometheusServer] = []
 
-    def start(targets: Sequence[str]) -> PrometheusServer:
-        server = PrometheusServer(targets)
+    def start(
+        targets: Sequence[str],
+        rule_files: Sequence[Path] = (),
+        alertmanagers: Sequence[str] = (),
+    ) -> PrometheusServer:
+        server = PrometheusServer(
+            targets, rule_files=rule_files, alertmanagers=alertmanagers
+        )
         servers.append(server)
         error = None
         try:
