@@ -12,6 +12,7 @@ from typing import Any
 
 from render_perf import RENDERERS as PERF_RENDERERS
 from render_perf import fault_table
+from render_reliability import RENDERERS as RELIABILITY_RENDERERS
 from render_torch import RENDERERS as TORCH_RENDERERS
 from render_two_stage import RENDERERS as TWO_STAGE_RENDERERS
 
@@ -160,6 +161,7 @@ RENDERERS = {
 RENDERERS.update(PERF_RENDERERS)
 RENDERERS.update(TORCH_RENDERERS)
 RENDERERS.update(TWO_STAGE_RENDERERS)
+RENDERERS.update(RELIABILITY_RENDERERS)
 
 
 def _generic(r: dict[str, Any]) -> list[str]:
