@@ -76,8 +76,12 @@ class Webhook:
     def url(self) -> str:
         return f"http://{kp.HOST}:{self.server.server_port}/alerts"
 
-    def alerts(self, status: str) -> list[dict[str, Any]]:
-        return [a for b in self.bodies for a in b["alerts"] if a["status"] == status]
+    def alerts(self, status: str, name: str = "MycroftIncidentOpen") -> list[Any]:
+        """Alerts named ``name`` posted with ``status`` (firing, resolved)."""
+        return [
+            a for b in self.bodies for a in b["alerts"]
+            if a["status"] == status and a["labels"]["alertname"] == name
+        ]  # fmt: skip
 
     def close(self) -> None:
         self.server.shutdown()
