@@ -228,7 +228,13 @@ def test_dashboards_and_alerts_on_a_live_hang(
         (rca,) = prom.query('mycroft_rca_latency_seconds_sum{kind="hang"}')
         (detect,) = prom.query('mycroft_detection_latency_seconds_sum{kind="hang"}')
         assert float(rca["value"][1]) >= float(detect["value"][1]) > 0
-        assert prom.query(f'mycroft_consumer_lag_records{{group="{name}"}}')
+        # The worker-lag rule's join matches the series the sinks export.
+        lag_s = prom.wait_for(
+            f'sum by (group, topic) (mycroft_consumer_lag_records{{group="{name}"}})'
+            " / on (topic) group_left"
+            " sum by (topic) (rate(mycroft_topic_end_offset[2m]))"
+        )
+        assert topics.state in {s["metric"]["topic"] for s in lag_s}
 
         # The job ended: its incident closes and the alert resolves.
         resolved = _until(
