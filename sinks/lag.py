@@ -115,10 +115,11 @@ class LagMonitor:
                 return
 
     def close(self) -> None:
-        """Stop the thread (within one Kafka request)."""
+        """Stop the thread; a reading in flight is abandoned after 2 s (the
+        thread is a daemon: it never holds the process up)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(15)
+            self._thread.join(2)
 
 
 def _sum_lag(committed: Iterable[TopicPartition], marks: list[tuple[int, int]]) -> int:
