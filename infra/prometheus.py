@@ -6,7 +6,8 @@ prometheus``; the package's own systemd service is not used. Each
 a free loopback port. The first scrape shows in queries only ~5 s after start
 (target sync ticks), so wait with :meth:`PrometheusServer.wait_for_target`. CLI::
 
-    python -m mycroft.infra.prometheus start --dir .cache/prom --target 127.0.0.1:9464
+    python -m mycroft.infra.prometheus start --dir .cache/prom --target 127.0.0.1:9464 \
+        [--rules infra/prometheus/mycroft-alerts.yml --alertmanager 127.0.0.1:9093]
     python -m mycroft.infra.prometheus stop --dir .cache/prom
 """
 
@@ -228,7 +229,11 @@ class PrometheusServer(LocalService):
 
 
 CLI = DetachedCli(
-    STATE_NAME, lambda args: PrometheusServer(args.target, args.dir), b"prometheus"
+    STATE_NAME,
+    lambda args: PrometheusServer(
+        args.target, args.dir, rule_files=args.rules, alertmanagers=args.alertmanager
+    ),
+    b"prometheus",
 )
 
 
@@ -238,6 +243,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("command", choices=["start", "stop"])
     parser.add_argument("--dir", type=Path, default=Path(".cache/prometheus-run"))
     parser.add_argument("--target", action="append", default=[], help="host:port")
+    parser.add_argument(
+        "--rules",
+        action="append",
+        default=[],
+        type=Path,
+        help="rule file, e.g. infra/prometheus/mycroft-alerts.yml",
+    )
+    parser.add_argument(
+        "--alertmanager",
+        action="append",
+        default=[],
+        help="host:port of an Alertmanager to send alerts to",
+    )
     parser.add_argument("--timeout", type=float, default=30.0)
     return run_cli(parser, CLI.run, argv)
 
