@@ -27,6 +27,9 @@ from prometheus_client import CollectorRegistry, Gauge
 
 logger = logging.getLogger(__name__)
 
+METRIC_NAMES = ("mycroft_consumer_lag_records", "mycroft_topic_end_offset")
+"""The metric families a :class:`LagMonitor` defines."""
+
 
 def partition_lag(committed: int, low: int, high: int) -> int:
     """Records after ``committed`` (``< 0``: nothing committed: from ``low``)."""
