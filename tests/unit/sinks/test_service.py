@@ -11,7 +11,7 @@ from mycroft.errors import SinkError
 from mycroft.schemas.records import Heartbeat
 from mycroft.sinks.memory import MemorySink
 from mycroft.sinks.prometheus import PrometheusSink
-from mycroft.sinks.service import Backoff, Forwarder, main
+from mycroft.sinks.service import Backoff, Forwarder, _lag_groups, _parser, main
 from tests.unit.samples import all_records, header
 from tests.unit.sinks.records import anomaly, root_cause
 
@@ -127,3 +127,13 @@ def test_main_rejects_bad_config(
 ) -> None:
     monkeypatch.delenv("MYCROFT_BOOTSTRAP", raising=False)
     assert main(argv) == 1
+
+
+def test_lag_groups_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MYCROFT_SINKS__LAG_GROUPS", raising=False)
+    assert _lag_groups(_parser({}).parse_args([])) == ["mycroft-streams"]
+    monkeypatch.setenv("MYCROFT_SINKS__LAG_GROUPS", "a, b,")
+    assert _lag_groups(_parser({}).parse_args([])) == ["a", "b"]
+    args = _parser({}).parse_args(["--lag-group", "x", "--lag-group", "y"])
+    assert _lag_groups(args) == ["x", "y"]
+    assert _lag_groups(_parser({}).parse_args(["--lag-group", ""])) == []
