@@ -135,14 +135,23 @@ class Codec:
             raise EncodeError(f"{name} does not fit its schema: {exc}") from exc
         return buf.getvalue()
 
-    def decode_datum(self, data: bytes) -> tuple[str, dict[str, Any]]:
+    def decode_datum(self, data: bytes | None) -> tuple[str, dict[str, Any]]:
         """Decode wire bytes to ``(record type name, datum)`` in the reader schema.
 
         Raises:
-            DecodeError: with reason ``not-avro``, ``unknown-fingerprint``,
+            DecodeError: with reason ``null-value`` (a Kafka tombstone: no
+                value at all), ``not-avro``, ``unknown-fingerprint``,
                 ``truncated`` or ``invalid``; call ``.located(...)`` to add
                 where it came from.
         """
+        if data is None:
+            raise DecodeError(
+                "null-value",
+                "a record without a value (a tombstone); on the compacted "
+                "topology topic it means the host of its key left the job",
+            )
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise DecodeError("not-avro", f"a value of type {type(data).__name__}")
         if len(data) < HEADER_LEN or data[:2] != MAGIC:
             raise DecodeError(
                 "not-avro",
@@ -177,7 +186,7 @@ class Codec:
             raise DecodeError("invalid", f"{writer.name} body is not a record")
         return writer.name, datum
 
-    def decode(self, data: bytes) -> Record:
+    def decode(self, data: bytes | None) -> Record:
         """Decode wire bytes to a record (see :meth:`decode_datum` for errors)."""
         name, datum = self.decode_datum(data)
         try:

@@ -21,8 +21,10 @@ from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer
+from mycroft.streams.core.event_time import EventTimeConfig
 
 _CADENCE_NS = 100_000_000
+_MAX_GAP_NS = EventTimeConfig().max_gap_ns
 _JOB_RECORDS = ("StateBatch", "CompletionBatch", "Heartbeat", "Topology")
 
 
@@ -69,6 +71,16 @@ class Replay:
             return  # recorded findings of a live run are not inputs
         if self._next_eval < 0:
             self._next_eval = ts_ns
+        if ts_ns - self._next_eval > _MAX_GAP_NS:
+            # A stretch without records is evaluated for _MAX_GAP_NS, then
+            # the grid jumps to the next record, as the live event clock
+            # does: a trace's cost follows its records, not its time span.
+            end = self._next_eval + _MAX_GAP_NS
+            while self._next_eval <= end:
+                self._tick(self._next_eval)
+                self._next_eval += self.cadence_ns
+            skip = (ts_ns - self._next_eval) // self.cadence_ns
+            self._next_eval += skip * self.cadence_ns
         while self._next_eval <= ts_ns:
             self._tick(self._next_eval)
             self._next_eval += self.cadence_ns

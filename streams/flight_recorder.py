@@ -12,7 +12,9 @@ Entries become Mycroft records on the dumps' clock: a Topology, and per
 event a StateBatch (rc rows: issued/done per rank x group; op rows: ops in
 flight, nflows=0) and a CompletionBatch for retired ops. gloo records no end
 time: a retired op is taken to end at its last member's arrival (at most the
-rank's next issue). A rank is alive until its dump's mtime. The same core
+rank's next issue). A rank is alive until its dump's mtime, at most
+``DUMP_HORIZON_NS`` after the newest entry (a copied file's mtime is the
+copy's, not the dump's). The same core
 (``streams.analyze.run``) names culprits; FR-only evidence is added here: a
 rank whose dump is missing while peers wait in an op of its group is named
 (component ``process``) when the core names nobody, and a core culprit
@@ -49,6 +51,12 @@ __all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
 
 HOST = "flight-recorder"
 _GAP_NS, _GAP_FILL_NS = 200_000_000, 15_000_000_000
+DUMP_HORIZON_NS = 60_000_000_000
+"""Latest a dump is taken to be written after the newest entry of the
+directory (60 s). A file's mtime is when it was last written: a dump copied
+later (scp, tar, object storage) says days, and every 100 ms tick up to it
+would be evaluated. Past the longest hang threshold (10 s) a longer silence
+changes no verdict, so analysis cost follows the entries, never the files."""
 
 
 def _ends(d: FrDumps) -> dict[tuple[int, str, int], int]:
@@ -82,7 +90,8 @@ def to_records(d: FrDumps, job_id: str = "flight-recorder") -> list[tuple[int, R
     events.sort(key=lambda x: (x[0], x[1]))
     if not events:
         return []
-    last = max([events[-1][0], *d.mtime_ns.values()])
+    dumped = _dump_times(d, events[-1][0])
+    last = max([events[-1][0], *dumped.values()])
     t0 = events[0][0]
     out: list[tuple[int, Record]] = [(t0 - 1, _topology(d, job_id, t0 - 1))]
     issued: dict[tuple[int, str], int] = {}
@@ -105,7 +114,7 @@ def to_records(d: FrDumps, job_id: str = "flight-recorder") -> list[tuple[int, R
             i += 1
         seq_no += 1
         head = BatchHeader(job_id, HOST, 0, seq_no, tick, 100)
-        out.append((tick, _state(d, head, issued, done, flight)))
+        out.append((tick, _state(d, head, (issued, done, dumped), flight)))
         if finished:
             seq_no += 1
             head = BatchHeader(job_id, HOST, 0, seq_no, tick, 100)
@@ -146,19 +155,26 @@ def _topology(d: FrDumps, job_id: str, ts: int) -> Topology:
     return Topology(job_id, HOST, "", ts, tuple(ranks))
 
 
+def _dump_times(d: FrDumps, newest_ns: int) -> dict[int, int]:
+    """When each rank's dump was written: its file's mtime, at most
+    ``DUMP_HORIZON_NS`` after the newest entry of any dump."""
+    return {r: min(t, newest_ns + DUMP_HORIZON_NS) for r, t in d.mtime_ns.items()}
+
+
 def _state(
     d: FrDumps,
     head: BatchHeader,
-    issued: dict[tuple[int, str], int],
-    done: dict[tuple[int, str], int],
+    seqs: tuple[dict[tuple[int, str], int], dict[tuple[int, str], int], dict[int, int]],
     flight: dict[tuple[int, str, int], FrEntry],
 ) -> StateBatch:
+    """Rank-state rows (issued, done, up to each dump's time) and ops in flight."""
+    issued, done, dumped = seqs
     tick = head.tick_ns
     rc = [
         (r, comm_hash(pg), issued.get((r, pg), -1), done.get((r, pg), -1), tick)
         for r in sorted(d.entries)
         for pg, members in sorted(d.groups.items())
-        if r in members and tick <= d.mtime_ns.get(r, tick)
+        if r in members and tick <= dumped.get(r, tick)
     ]
     ops = [
         (e.rank, comm_hash(e.pg), e.seq, e.kind, 0, 0, e.nbytes, e.created_ns, 0, 0)

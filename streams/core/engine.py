@@ -25,6 +25,7 @@ from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CompletionTracker, RecentStats
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.contract import Contract
 from mycroft.streams.core.culprit_scope import scope_culprits
 from mycroft.streams.core.detect import (
     DetectContext,
@@ -42,6 +43,7 @@ from mycroft.streams.core.rca_hang import explain_hang
 from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_ports import port_failed
 from mycroft.streams.core.rca_slow import HOSTWIDE_CONF, explain_slowdown
+from mycroft.streams.core.record_gate import RecordGate
 from mycroft.streams.core.topology import JobTopology
 
 Finding: TypeAlias = Anomaly | RootCause
@@ -106,13 +108,19 @@ class Analyzer:
     Args:
         job_id: The job whose records this analyzer receives.
         config: Thresholds; defaults to ``DetectorConfig()``.
+        contract: Bounds of the input contract; defaults to ``Contract()``.
 
     ``ingest`` never emits; ``evaluate`` returns new anomalies (each anomaly id
     once) and root causes (one incident id per incident, ``revision`` + 1 when
     its culprits change), anomalies first.
     """
 
-    def __init__(self, job_id: str, config: DetectorConfig | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        config: DetectorConfig | None = None,
+        contract: Contract | None = None,
+    ) -> None:
         self.cfg = config or DetectorConfig()
         self.ctx = DetectContext(
             job_id,
@@ -123,6 +131,7 @@ class Analyzer:
         )
         self.tracker = CompletionTracker()
         self.dedup = Dedup()
+        self.gate = RecordGate(contract)
         self.stats = RecentStats()
         self.incident: Incident | None = None
         self.closed: list[Incident] = []
@@ -145,15 +154,39 @@ class Analyzer:
             state["stats"] = self.stats.kept_since(since)
         return state
 
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """Restore a snapshot (one taken before the record gate has none)."""
+        self.__dict__.update(state)
+        self.__dict__.setdefault("gate", RecordGate())
+
     def ingest(self, record: Record, now_ns: int) -> None:
-        """Fold one decoded record in; duplicates are counted and ignored."""
-        if isinstance(record, StateBatch | CompletionBatch):
-            h = record.header
-            if not self.dedup.first_time(
-                type(record).__name__, h.host, h.agent_epoch, h.agent_seq
-            ):
-                self.duplicates += 1
-                return
+        """Fold one decoded record in; duplicates are counted and ignored.
+
+        Records pass the job's :class:`RecordGate` first: rows that break
+        the input contract never reach state (``gate.take()`` lists them),
+        nor the dedup window (a wrong record with a huge ``agent_seq``
+        would make the host's next batches look old). Rows the gate held
+        and releases now are deduplicated apart from their record's others.
+        """
+        parts = self.gate.admit(record, now_ns)
+        own = len(parts) - self.gate.released
+        for i, part in enumerate(parts):
+            if self._first_time(part, "" if i < own else "held:"):
+                self._fold(part, now_ns)
+
+    def _first_time(self, record: Record, kind: str) -> bool:
+        """Whether a batch's key is new (other records: always)."""
+        if not isinstance(record, StateBatch | CompletionBatch):
+            return True
+        h = record.header
+        name = kind + type(record).__name__
+        if self.dedup.first_time(name, h.host, h.agent_epoch, h.agent_seq):
+            return True
+        self.duplicates += 1
+        return False
+
+    def _fold(self, record: Record, now_ns: int) -> None:
+        """Fold one record the gate admitted into state."""
         if isinstance(record, StateBatch):
             self.ctx.store.ingest_state(record, now_ns)
         elif isinstance(record, CompletionBatch):
@@ -193,6 +226,7 @@ class Analyzer:
 
     def evaluate(self, now_ns: int) -> list[Finding]:
         """Run the timer-driven detectors; return new anomalies and root causes."""
+        self.gate.expire(now_ns)
         return self.track(self.detect(now_ns), now_ns)
 
     def detect(self, now_ns: int) -> list[Anomaly]:

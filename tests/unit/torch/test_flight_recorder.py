@@ -175,3 +175,29 @@ def test_order_deadlock_blames_the_minority_issue_order(tmp_path: Path) -> None:
     best = doc["root_causes"][0]
     assert (best["rank"], best["kind"], best["component"]) == (3, "hang", "host")
     assert len({r["rank"] for r in doc["root_causes"] if r["best"]}) == 1
+
+
+def test_dumps_copied_days_later_cost_what_fresh_ones_do(tmp_path: Path) -> None:
+    """8 ranks x 26 entries, files touched 3 days after the entries (scp, tar,
+    object storage): the verdict of the fresh dump, in a bounded number of
+    evaluations (it ran for hours when the mtime was the dump time)."""
+    from mycroft.streams.analyze import Replay  # noqa: PLC0415
+
+    for r in range(8):
+        rows = healthy(25, r)
+        if r != 5:
+            rows.append(entry(26, 26 * 50, retired=False))
+        write(tmp_path, r, dump(rows))
+    set_mtime(tmp_path, 26 * 50 + 4000)
+    fresh = fr.analyze(fr.load_dir(tmp_path))
+    set_mtime(tmp_path, 3 * 86_400_000)
+    d = fr.load_dir(tmp_path)
+    copied = fr.analyze(d)
+    rp = Replay()
+    for ts, rec in fr.to_records(d):
+        rp.feed(ts, rec)
+    rp.finish()
+    horizon_ticks = fr.DUMP_HORIZON_NS // 100_000_000
+    assert len(rp.eval_wall_s) <= 26 * 50 // 100 + horizon_ticks + 2
+    best = lambda doc: [(r["rank"], r["kind"]) for r in doc["root_causes"][:1]]  # noqa: E731
+    assert best(copied) == best(fresh) == [(5, "hang")]

@@ -1,0 +1,130 @@
+"""The topology side of the input contract: which host runs which rank, and
+which (rank, comm) pairs exist, as lookups the row checks run columnar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mycroft.schemas.records import CommMembership, Topology
+from mycroft.streams.core import row_checks as rows
+from mycroft.streams.core.contract import Contract, Reason
+
+MAX_WORLD = 1 << 20
+"""Largest rank number a topology may declare (a million ranks)."""
+
+
+@dataclass
+class TopologyView:
+    """What the job's valid topology records declared so far."""
+
+    hosts: dict[str, np.ndarray] = field(default_factory=dict)  # host -> its ranks
+    host_ids: dict[str, int] = field(default_factory=dict)
+    comms: dict[int, tuple[int, ...]] = field(default_factory=dict)  # comm -> members
+    rank_host: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    member_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+
+    @property
+    def world(self) -> int:
+        """One past the highest rank any record declared (0: none)."""
+        return len(self.rank_host)
+
+    def add(self, topo: Topology) -> None:
+        """Take one host's (valid) topology: it replaces what the host said."""
+        hid = self.host_ids.setdefault(topo.host, len(self.host_ids))
+        ranks = np.array([rt.rank for rt in topo.ranks], dtype=np.int64)
+        new_comms = False
+        for rt in topo.ranks:
+            for m in rt.comms:
+                if m.comm not in self.comms:
+                    self.comms[m.comm] = tuple(m.ranks)
+                    new_comms = True
+        top = max([int(ranks.max()) if len(ranks) else -1] + self._highest(topo))
+        if top >= self.world:
+            grown = np.full(top + 1, -1, dtype=np.int32)
+            grown[: self.world] = self.rank_host
+            self.rank_host = grown
+        self.rank_host[self.rank_host == hid] = -1
+        self.rank_host[ranks] = hid
+        self.hosts[topo.host] = ranks
+        if new_comms:
+            self._rebuild_members()
+
+    def drop_host(self, host: str) -> None:
+        """Forget the ranks of ``host`` (it left the job)."""
+        hid = self.host_ids.get(host)
+        if hid is not None:
+            self.rank_host[self.rank_host == hid] = -1
+        self.hosts.pop(host, None)
+
+    def place(
+        self, rank: np.ndarray, comm: np.ndarray, host: str, codes: np.ndarray
+    ) -> np.ndarray:
+        """Mark rows of ranks another host runs; return the rows to hold:
+        valid so far, but the rank's host or its (rank, comm) not declared."""
+        hid = self.host_ids.get(host, -2)
+        r = rank.astype(np.int64)
+        inside = (r >= 0) & (r < self.world)
+        owner = np.full(len(r), -1, dtype=np.int64)
+        owner[inside] = self.rank_host[r[inside]]
+        rows.mark(codes, (owner >= 0) & (owner != hid), Reason.RANK_NOT_ON_HOST)
+        member = self.members(rank, comm)
+        return np.asarray((codes == 0) & ((owner < 0) | ~member))
+
+    def members(self, rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
+        """Whether each ``rank`` is a member of its row's ``comm``."""
+        return rows.isin_sorted(rows.pair_keys(rank, comm), self.member_keys)
+
+    def _highest(self, topo: Topology) -> list[int]:
+        return [max(m.ranks, default=-1) for rt in topo.ranks for m in rt.comms]
+
+    def _rebuild_members(self) -> None:
+        sizes = [len(m) for m in self.comms.values()]
+        member = np.concatenate(
+            [np.asarray(m, dtype=np.int64) for m in self.comms.values()]
+            or [np.zeros(0, np.int64)]
+        ).astype(np.int32)
+        comm = np.repeat(
+            np.array(list(self.comms), dtype=np.uint64), np.asarray(sizes, np.int64)
+        )
+        self.member_keys = np.unique(rows.pair_keys(member, comm))
+
+
+def topology_problem(topo: Topology, c: Contract) -> tuple[Reason, str] | None:
+    """The first contract rule ``topo`` breaks, with a detail, or ``None``."""
+    if max(len(topo.job_id), len(topo.host)) > c.max_name_len:
+        return Reason.TOO_LARGE, f"job id or host over {c.max_name_len} characters"
+    if not c.min_time_ns <= topo.ts_ns <= c.max_time_ns:
+        return Reason.TIME_RANGE, f"time {topo.ts_ns} ns is outside years 2000-2100"
+    if len(topo.ranks) > c.max_ranks_per_host:
+        return Reason.TOO_LARGE, f"{len(topo.ranks)} ranks on one host"
+    ranks = [rt.rank for rt in topo.ranks]
+    if len(set(ranks)) != len(ranks) or not all(0 <= r < MAX_WORLD for r in ranks):
+        return Reason.BAD_TOPOLOGY, f"ranks {ranks[:16]} repeat or are out of range"
+    for rt in topo.ranks:
+        for m in rt.comms:
+            problem = _membership_problem(rt.rank, m)
+            if problem:
+                return (
+                    Reason.BAD_TOPOLOGY,
+                    f"rank {rt.rank} in comm {m.comm:x}: {problem}",
+                )
+    return None
+
+
+def _membership_problem(rank: int, m: CommMembership) -> str:
+    members = set(m.ranks)
+    if len(members) != len(m.ranks) or m.nranks != len(m.ranks):
+        return f"nranks {m.nranks} but {len(m.ranks)} members, or members repeat"
+    if not all(0 <= r < MAX_WORLD for r in m.ranks):
+        return "a member rank is out of range"
+    if not 0 <= m.comm_rank < m.nranks or m.ranks[m.comm_rank] != rank:
+        return f"comm_rank {m.comm_rank} does not point at the rank"
+    for ch in m.channels:
+        peers = (ch.ring_prev, ch.ring_next, ch.tree_parent, *ch.tree_children)
+        if ch.channel < 0 or any(p != -1 and p not in members for p in peers):
+            return f"channel {ch.channel} names a peer outside the comm"
+    if any(cn.peer not in members or cn.channel < 0 for cn in m.connections):
+        return "a connection names a peer outside the comm"
+    return ""
