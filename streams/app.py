@@ -39,11 +39,13 @@ from mycroft.schemas.records import (
     Anomaly,
     CommSummary,
     CompletionBatch,
+    Heartbeat,
     Record,
     RootCause,
     StateBatch,
 )
 from mycroft.streams.core.event_time import Source
+from mycroft.streams.core.host_clocks import HostClocks
 from mycroft.streams.faust_runtime import (
     MAX_MESSAGE_BYTES,
     Engine,
@@ -61,6 +63,13 @@ from mycroft.streams.faust_runtime import (
 from mycroft.streams.faust_settings import StreamSettings, parse_settings
 from mycroft.streams.faust_split import build_split_app
 from mycroft.streams.faust_topics import ensure_topics, tick_topic
+from mycroft.streams.invalid_records import (
+    WorkerMetrics,
+    as_decode_error,
+    dead_letter_value,
+    gate_of,
+    host_label,
+)
 from mycroft.topics import (
     TopicSet,
     group_partition,
@@ -200,6 +209,8 @@ class Pipeline:
     ) -> None:
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
+        self.metrics = WorkerMetrics()
+        self.clocks: dict[str, HostClocks] = {}  # per job: intake time checks
         self.router = JobRouter(factory)
         self.counts: Counter[str] = Counter()
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
@@ -269,6 +280,12 @@ class Pipeline:
 
     async def on_record(self, msg: Any) -> None:
         """Decode one raw record and fold it into its job's engine."""
+        # Processed, whatever becomes of it: a dead-lettered last record of a
+        # partition must not leave it looking unread (it would hold the
+        # event clocks of its jobs).
+        self.read_offsets[(msg.topic, msg.partition)] = msg.offset
+        if msg.value is None and self.on_tombstone(msg):
+            return
         try:
             record = self.codec.decode(msg.value)
         except DecodeError as exc:
@@ -277,14 +294,79 @@ class Pipeline:
             )
             return
         job = self.route(msg, record)
+        late = self.intake_problem(job, record)
+        if late is not None:
+            await self.dead_letter(
+                msg, late.located(msg.topic, msg.partition, msg.offset)
+            )
+            return
         slot = self.router.slot(job, msg.partition)
         slot.ingest(record, time.monotonic(), msg.offset)
-        self.read_offsets[(msg.topic, msg.partition)] = msg.offset
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
         if self.settings.rates and isinstance(record, CompletionBatch):
             self.update_rates(job, record, msg.partition)
+
+    def on_tombstone(self, msg: Any) -> bool:
+        """A null value: on the topology topic (key ``job/host``) that host
+        left the job; True when handled (elsewhere it is dead-lettered)."""
+        self.metrics.tombstones.labels(msg.topic).inc()
+        key = bytes(msg.key or b"").decode("utf-8", "replace")
+        if msg.topic != self.type_topics.get("Topology") or "/" not in key:
+            return False
+        job, host = key.rsplit("/", 1)
+        slot = self.router.slots.get(job)
+        gate = gate_of(slot.engine) if slot is not None else None
+        if gate is not None:
+            gate.host_left(host)
+        self.counts["hosts_left"] += 1
+        log.info("host %s left job %s (tombstone on %s)", host, job, msg.topic)
+        return True
+
+    def intake_problem(self, job: str, record: Record) -> DecodeError | None:
+        """A raw record whose time is implausible for its host, before that
+        time can move the job's event clock (``core/host_clocks.py``)."""
+        if not isinstance(record, StateBatch | CompletionBatch | Heartbeat):
+            return None
+        head = record if isinstance(record, Heartbeat) else record.header
+        t = record.ts_ns if isinstance(record, Heartbeat) else record.header.tick_ns
+        clocks = self.clocks.setdefault(job, HostClocks())
+        problem = clocks.problem(head.job_id, head.host, t)
+        if problem is None:
+            clocks.accept(head.host, t)
+            return None
+        reason, detail = problem
+        known = head.host if head.host in clocks.newest else "undeclared"
+        self.metrics.invalid.labels(reason.value, known).inc()
+        name = type(record).__name__
+        return DecodeError(reason.value, f"{name} of {job}/{head.host}: {detail}")
+
+    async def report_invalid(self, job: str, engine: Engine) -> None:
+        """Dead-letter and count what the job's record gate rejected."""
+        gate = gate_of(engine)
+        if gate is None:
+            return
+        for r in gate.take():
+            self.metrics.invalid.labels(r.reason.value, host_label(r, gate)).inc()
+            err = as_decode_error(r, job)
+            self.counts[f"invalid.{err.reason}"] += 1
+            await self.deadletter.send(
+                key=job.encode(),
+                value=dead_letter_value(r, self.codec),
+                headers=_bytes_headers(deadletter_headers(err, f"{job}/{r.host}")),
+            )
+        for host in gate.newly_flagged:
+            self.metrics.flagged.labels(job, host).set(1)
+            log.warning(
+                "host %s of job %s keeps sending invalid records (%s); its "
+                "invalid rows are dead-lettered on %s: check its agent and clock",
+                host,
+                job,
+                ", ".join(f"{k}={n}" for (k, h), n in gate.counts.items() if h == host),
+                self.topics.deadletter,
+            )
+        gate.newly_flagged = []
 
     def partition_of(self, key: str, partitions: int) -> int:
         """Source partition of an engine key (``job/comm_group`` in stage 1)."""
@@ -391,6 +473,7 @@ class Pipeline:
                     await self.emit(slot.job_id, findings)
                 if not slot.clock.held or time.monotonic() >= deadline:
                     break
+            await self.report_invalid(slot.job_id, slot.engine)
             self.counts["held_jobs"] += slot.clock.held
         if wall >= self.next_snapshot.get(partition, 0.0):
             await self.snapshot(partition)
@@ -574,7 +657,8 @@ def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -
     if settings.stage == "split":
         app = build_split_app(settings, faust_config(settings))
     else:
-        app, _ = build_app(settings, factory)
+        app, pipe = build_app(settings, factory)
+        pipe.metrics.serve(settings.metrics_port)
     worker = faust.Worker(app, loglevel=settings.loglevel, quiet=True)
     try:
         worker.execute_from_commandline()

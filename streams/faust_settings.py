@@ -36,6 +36,9 @@ class StreamSettings:
             100 ms of event time in between, whatever this period.
         snapshot_interval_s: Period of engine snapshots + offset commits.
         web_port: Faust web port; 0 disables the web server.
+        metrics_port: Port of the worker's Prometheus ``/metrics``
+            (``mycroft_invalid_records_total`` and others,
+            ``streams/invalid_records.py``); 0 serves none.
         data_dir: Faust data directory.
         rates: Maintain the windowed per-rank/per-comm rate tables.
         session_timeout_s: Kafka consumer session timeout.
@@ -62,6 +65,7 @@ class StreamSettings:
     evaluate_interval_s: float = 0.2
     snapshot_interval_s: float = 1.0
     web_port: int = 0
+    metrics_port: int = 0
     data_dir: str = "mycroft-streams-data"
     rates: bool = True
     session_timeout_s: float = 10.0
@@ -91,6 +95,10 @@ class StreamSettings:
         if not (self.web_port == 0 or 1024 <= self.web_port <= 65535):
             raise ConfigError(
                 f"web port must be 0 (off) or 1024..65535: {self.web_port}"
+            )
+        if not (self.metrics_port == 0 or 1024 <= self.metrics_port <= 65535):
+            raise ConfigError(
+                f"metrics port must be 0 (off) or 1024..65535: {self.metrics_port}"
             )
         if self.session_timeout_s < 6:
             raise ConfigError("Kafka needs a session timeout of at least 6 s")
@@ -145,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--evaluate-interval-s", type=float)
     p.add_argument("--snapshot-interval-s", type=float)
     p.add_argument("--web-port", type=int, help="0 disables the web server")
+    p.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus /metrics here (0: off)"
+    )
     p.add_argument("--data-dir")
     p.add_argument("--rates", choices=["on", "off"], help="windowed rate tables")
     p.add_argument("--session-timeout-s", type=float)

@@ -1,0 +1,91 @@
+"""What the stream worker does with records that break the input contract.
+
+The job's :class:`~mycroft.streams.core.record_gate.RecordGate` (inside its
+engine) rejects them; the worker drains the rejections after each
+evaluation, sends the rejected rows to the dead-letter topic (re-encoded as
+a record of the same type and header, reason in the headers), and counts
+them in ``mycroft_invalid_records_total{reason,host}``, served with the
+worker's other metrics on ``--metrics-port`` (alert ``MycroftInvalidRecords``
+in ``infra/prometheus/``). ``mycroft_flagged_hosts{job,host}`` is 1 for a
+host that kept sending invalid data (``Contract.flag_after``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from mycroft.errors import DecodeError, EncodeError
+from mycroft.schemas.codec import Codec
+from mycroft.streams.core.contract import Rejection
+from mycroft.streams.core.record_gate import RecordGate
+
+log = logging.getLogger(__name__)
+
+
+def gate_of(engine: Any) -> RecordGate | None:
+    """The record gate of an engine (an ``Analyzer``, or one it wraps)."""
+    for candidate in (engine, getattr(engine, "inner", None)):
+        gate = getattr(candidate, "gate", None)
+        if isinstance(gate, RecordGate):
+            return gate
+    return None
+
+
+class WorkerMetrics:
+    """The worker's own Prometheus metrics, on a registry handed in."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.invalid = Counter(
+            "mycroft_invalid_records_total",
+            "Records (or rows of one) rejected by the input contract and "
+            "dead-lettered, by reason and reporting host",
+            ["reason", "host"],
+            registry=self.registry,
+        )
+        self.flagged = Gauge(
+            "mycroft_flagged_hosts",
+            "1 for a host that keeps sending invalid records",
+            ["job", "host"],
+            registry=self.registry,
+        )
+        self.tombstones = Counter(
+            "mycroft_tombstones_total",
+            "Null values read: on the topology topic a host left; elsewhere "
+            "dead-lettered as null-value",
+            ["topic"],
+            registry=self.registry,
+        )
+
+    def serve(self, port: int) -> None:
+        """Serve ``/metrics`` on ``port`` (0: not served)."""
+        if port:
+            start_http_server(port, registry=self.registry)
+            log.info("worker metrics on :%d/metrics", port)
+
+
+def host_label(r: Rejection, gate: RecordGate) -> str:
+    """The host label of a rejection: a host the job declared or was
+    accepted from, else ``undeclared`` (hostile names must not grow the
+    metric's series without bound)."""
+    known = r.host in gate.hosts or r.host in gate.topo.hosts
+    return r.host if known else "undeclared"
+
+
+def dead_letter_value(r: Rejection, codec: Codec) -> bytes:
+    """The wire bytes of the rejected rows (empty when they do not encode)."""
+    if r.part is None:
+        return b""
+    try:
+        return codec.encode(r.part)
+    except EncodeError as exc:
+        log.warning("rejected %s rows do not encode (%s)", r.record_type, exc)
+        return b""
+
+
+def as_decode_error(r: Rejection, job: str) -> DecodeError:
+    """A rejection in the dead-letter topic's terms (reason, detail)."""
+    return DecodeError(r.reason.value, f"{r.record_type} of {job}/{r.host}: {r.detail}")
