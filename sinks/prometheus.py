@@ -25,12 +25,14 @@ Cardinality: counters carry ``job_id`` and ``kind``; per-incident series
 (``mycroft_root_cause_info``, ``mycroft_root_cause_reason_info``,
 ``mycroft_culprit_confidence``) exist only while the incident is open, one
 each, replaced by each revision. ``mycroft_root_cause_info`` names the best
-culprit: rank, host, component, kind and, for a link fault, ``flow``
-(``"33->41 ch2"``: rank, peer, channel; empty otherwise). The culprit's
-reason is free text, so it sits alone on ``mycroft_root_cause_reason_info``
-(cut to :data:`REASON_MAX_CHARS`): its wording may change between revisions
-without changing the identity of the culprit series, and the number of
-series stays one per open incident whatever the text.
+culprit: rank, host, component, kind, for a link fault ``flow``
+(``"33->41 ch2"``: rank, peer, channel; empty otherwise), and what is blamed:
+``scope`` and ``culprit`` in words (a NIC fault names the NIC and its ranks).
+The culprit's reason is free text, so it sits alone on
+``mycroft_root_cause_reason_info`` (cut to :data:`REASON_MAX_CHARS`): its
+wording may change between revisions without changing the identity of the
+culprit series, and the number of series stays one per open incident
+whatever the text.
 
 Ends: the records carry no "resolved" flag. An incident closes
 
@@ -67,8 +69,13 @@ LATENCY_BUCKETS_S = (
 alert thresholds (infra/prometheus/mycroft-alerts.yml), so quantiles there
 are exact."""
 
-INFO_LABELS = ("job_id", "incident", "rank", "host", "component", "kind", "flow")
-"""Labels of ``mycroft_root_cause_info``: the best culprit of one open incident."""
+INFO_LABELS = (
+    "job_id", "incident", "rank", "host", "component", "kind", "flow", "scope",
+    "culprit",
+)  # fmt: skip
+"""Labels of ``mycroft_root_cause_info``: the best culprit of one open incident.
+``scope`` is what is blamed (``rank``, ``nic``, ``host``, ``link``) and
+``culprit`` the same in words (``NIC mlx5_0 of node0004 (ranks 32, 33)``)."""
 
 REASON_MAX_CHARS = 200
 """Longest reason text on ``mycroft_root_cause_reason_info``."""
@@ -335,5 +342,6 @@ def _info_labels(rc: RootCause, best: Culprit | None) -> tuple[str, ...]:
         return ()
     return (
         rc.job_id, rc.incident_id, str(best.rank), best.host,
-        best.component.value, best.kind.value, flow_label(best),
+        best.component.value, best.kind.value, flow_label(best), best.scope,
+        best.subject(),
     )  # fmt: skip

@@ -44,8 +44,11 @@ def sink(registry: CollectorRegistry, clock: Clock) -> PrometheusSink:
 
 def info(registry: CollectorRegistry, **labels: str) -> float | None:
     base = {"job_id": "job-1", "incident": "i-1", "kind": "hang", "host": "node-a",
-            "component": "nic", "flow": f"{labels.get('rank')}->4"}  # fmt: skip
-    return registry.get_sample_value("mycroft_root_cause_info", base | labels)
+            "component": "nic", "flow": f"{labels.get('rank')}->4",
+            "scope": "rank"}  # fmt: skip
+    base |= labels
+    base.setdefault("culprit", f"rank {base.get('rank')} on {base['host']}")
+    return registry.get_sample_value("mycroft_root_cause_info", base)
 
 
 def test_is_a_sink(sink: PrometheusSink) -> None:
@@ -207,3 +210,13 @@ def test_closed_sink_refuses_writes(sink: PrometheusSink) -> None:
     with pytest.raises(SinkError) as info_:
         sink.write(anomaly())
     assert not info_.value.retryable
+
+
+def test_a_nic_culprit_is_exported_as_the_nic(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    rc = root_cause()
+    nic = replace(rc.culprits[0], scope="nic", device="mlx5_1", ranks=(2, 3))
+    sink.write(replace(rc, culprits=(nic,)))
+    culprit = "NIC mlx5_1 of node-a (ranks 2, 3)"
+    assert info(registry, rank="3", scope="nic", culprit=culprit) == 1
