@@ -35,6 +35,8 @@ class Hardware:
     dp_channels: int = 4
     clock_offset_s: float = 0.003
     jitter: float = 0.03
+    clock_drift_ppm: float = 0.0
+    runahead: float = 0.8
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
@@ -52,11 +54,60 @@ class Hardware:
             raise ConfigError("every channel count must be >= 1")
         if not 0 <= self.jitter < 0.5:
             raise ConfigError(f"jitter={self.jitter} must be in [0, 0.5)")
+        if not 0 <= self.clock_drift_ppm <= 1000:
+            raise ConfigError(
+                f"clock_drift_ppm={self.clock_drift_ppm} must be in [0, 1000]"
+            )
+        if not 0 <= self.runahead <= 1:
+            raise ConfigError(f"runahead={self.runahead} must be in [0, 1]")
+
+
+SCHEDULES = ("gpipe", "1f1b")
+"""Pipeline schedules: GPipe (all forwards, then all backwards) and 1F1B."""
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Benign disturbances of a healthy job (all off by default).
+
+    Rates are per simulated minute over the whole job; each event hits one
+    random rank: a GC pause stops its CPU issuing ops, a proxy hiccup stops
+    its send proxy, a wire burst halves its NIC's rate (cross traffic).
+    """
+
+    gc_pauses_per_min: float = 0.0
+    gc_pause_s: tuple[float, float] = (0.05, 0.2)
+    proxy_hiccups_per_min: float = 0.0
+    proxy_hiccup_s: tuple[float, float] = (0.005, 0.04)
+    wire_bursts_per_min: float = 0.0
+    wire_burst_s: tuple[float, float] = (0.01, 0.05)
+    storage_nics: int = 0
+    port_counters_base: int = 0
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` when a value cannot work."""
+        rates = (
+            self.gc_pauses_per_min,
+            self.proxy_hiccups_per_min,
+            self.wire_bursts_per_min,
+        )
+        if min(rates) < 0:
+            raise ConfigError("noise rates must be >= 0 per minute")
+        for lo, hi in (self.gc_pause_s, self.proxy_hiccup_s, self.wire_burst_s):
+            if not 0 < lo <= hi:
+                raise ConfigError("noise durations need 0 < low <= high seconds")
+        if not 0 <= self.storage_nics <= 4 or not 0 <= self.port_counters_base < 255:
+            raise ConfigError("storage_nics must be 0..4, port_counters_base 0..254")
+
+    @property
+    def any(self) -> bool:
+        """Whether any noise is switched on."""
+        return self != Noise()
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One training iteration: GPipe micro-batches, then the data-parallel step."""
+    """One training iteration: micro-batches (GPipe or 1F1B), then the DP step."""
 
     micro_batches: int = 8
     fwd_compute_s: float = 0.020
@@ -68,9 +119,14 @@ class Workload:
     dp_bytes: int = 1 << 30
     straggler_prob: float = 0.003
     straggler_slowdown: float = 0.3
+    schedule: str = "gpipe"
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(
+                f"schedule={self.schedule!r} is not one of {', '.join(SCHEDULES)}"
+            )
         if self.micro_batches < 1 or self.tp_allreduces < 1:
             raise ConfigError("micro_batches and tp_allreduces must be >= 1")
         times = (self.fwd_compute_s, self.bwd_compute_s, self.optimizer_s)
@@ -94,6 +150,7 @@ class SimConfig:
     start_ns: int = DEFAULT_EPOCH_S * 1_000_000_000
     hardware: Hardware = field(default_factory=Hardware)
     workload: Workload = field(default_factory=Workload)
+    noise: Noise = field(default_factory=Noise)
 
     @property
     def ranks(self) -> int:
@@ -115,6 +172,7 @@ class SimConfig:
         """Raise :class:`ConfigError` naming the flag to change."""
         self.hardware.validate()
         self.workload.validate()
+        self.noise.validate()
         if min(self.tp, self.pp, self.dp) < 1:
             raise ConfigError("--tp, --pp and --dp must all be >= 1")
         gph = self.hardware.gpus_per_host

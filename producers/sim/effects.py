@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mycroft.producers.sim.config import Noise
 from mycroft.producers.sim.faults import Fault
 from mycroft.producers.sim.layout import Layout
 
@@ -53,6 +54,8 @@ class Effects:
         self.proc_dead = np.full(n, np.inf)
         self.stalls: list[Fault] = []
         self.mismatches: list[Fault] = []
+        self.cpu_pauses: list[tuple[int, float, float]] = []
+        self.noise_events: list[tuple[str, int, float, float]] = []
         for fault in faults:
             mask = np.zeros(n, dtype=bool)
             mask[list(fault.ranks)] = True
@@ -93,6 +96,36 @@ class Effects:
             self.stalls.append(f)
         elif name == "collective-mismatch":
             self.mismatches.append(f)
+
+    def add_noise(
+        self, noise: Noise, layout: Layout, duration_s: float, rng: np.random.Generator
+    ) -> None:
+        """Draw the benign noise events of a run (``noise_events`` lists them:
+        kind, rank, start, end in reference seconds)."""
+        n = layout.nranks
+        kinds = (
+            ("gc-pause", noise.gc_pauses_per_min, noise.gc_pause_s),
+            ("proxy-hiccup", noise.proxy_hiccups_per_min, noise.proxy_hiccup_s),
+            ("wire-burst", noise.wire_bursts_per_min, noise.wire_burst_s),
+        )
+        for kind, per_min, (lo, hi) in kinds:
+            count = int(rng.poisson(per_min * duration_s / 60.0))
+            starts = np.sort(rng.uniform(0.0, duration_s, count))
+            ranks = rng.integers(0, n, count)
+            lengths = rng.uniform(lo, hi, count)
+            for r, t0, d in zip(
+                ranks.tolist(), starts.tolist(), lengths.tolist(), strict=True
+            ):
+                self.noise_events.append((kind, r, t0, t0 + d))
+                mask = np.zeros(n, dtype=bool)
+                if kind == "wire-burst":
+                    mask[layout.nic_of == layout.nic_of[r]] = True
+                    self.rate.append(Window(mask, t0, t0 + d, 0.5))
+                elif kind == "proxy-hiccup":
+                    mask[r] = True
+                    self.pauses.append(Window(mask, t0, t0 + d, flag=True))
+                else:
+                    self.cpu_pauses.append((r, t0, t0 + d))
 
     def _flaps(self, f: Fault, mask: np.ndarray, duration_s: float) -> None:
         period, down = f.param("period"), f.param("down")
@@ -202,7 +235,12 @@ class Effects:
         return tb, te
 
     def take_stall(self, ranks: np.ndarray, issue: np.ndarray) -> np.ndarray:
-        """Delay the first op a stalled rank issues at or after the stall."""
+        """Delay the first op a stalled rank issues at or after the stall;
+        an op issued during a GC pause of its rank waits for the pause's end."""
+        for r, t0, t1 in self.cpu_pauses:
+            hit = (ranks == r) & (issue >= t0) & (issue < t1)
+            if hit.any():
+                issue = np.where(hit, t1, issue)
         for f in self.stalls:
             hit = (ranks == f.rank) & (issue >= f.at_s)
             if hit.any():

@@ -92,8 +92,11 @@ class Emitter:
         *,
         proc_dead_s: np.ndarray | None = None,
         port_state: PortState | None = None,
+        drift: np.ndarray | None = None,
     ) -> None:
         self.cfg = cfg
+        # Host clock rate error (fraction, e.g. 3e-5 = 30 ppm); None = exact.
+        self.drift = drift
         # The tracer's liveness beat (a daemon thread, every 0.1 s) keeps an
         # alive process's seen_ns fresh even while it is idle; it stops when
         # the process dies (reference seconds, inf = never).
@@ -120,11 +123,17 @@ class Emitter:
 
     def ns(self, t: np.ndarray, host: np.ndarray) -> np.ndarray:
         """Reference seconds -> host-clock ns since the epoch."""
-        out: np.ndarray = np.rint((t + self.off[host]) * 1e9).astype(np.int64)
+        local = t + self.off[host]
+        if self.drift is not None:
+            local = local + self.drift[host] * t
+        out: np.ndarray = np.rint(local * 1e9).astype(np.int64)
         return out + self.cfg.start_ns
 
     def tick_times(self, k: int) -> np.ndarray:
         """Reference time at which every host takes tick ``k``."""
+        if self.drift is not None:
+            out: np.ndarray = (k * self.cfg.interval_s - self.off) / (1 + self.drift)
+            return out
         return k * self.cfg.interval_s - self.off
 
     def run_until(self, blocks: list[OpBlock], horizon_s: float) -> list[OpBlock]:
@@ -277,10 +286,13 @@ class Emitter:
 
     def _ports(self, t_h: np.ndarray) -> list[tuple[NicPort, ...]]:
         """Every host's NIC ports at its tick (port 1 of each NIC; the
-        counters saturate at 255 like the hardware's)."""
+        counters saturate at 255 like the hardware's). ``Noise`` adds
+        storage NICs no rank uses and counters that start above zero."""
         lay = self.layout
         if self.port_state is None:
             return [()] * lay.nhosts
+        noise = self.cfg.noise
+        base = noise.port_counters_base
         gpn = self.cfg.hardware.gpus_per_nic
         first = np.flatnonzero(lay.local_of % gpn == 0)  # one rank per NIC
         downs, down_now = self.port_state(first, t_h[lay.host_of[first]])
@@ -289,7 +301,13 @@ class Emitter:
             first.tolist(), downs.tolist(), down_now.tolist(), strict=True
         ):
             nic = nic_name(int(lay.local_of[r]) // gpn)
-            out[int(lay.host_of[r])].append(NicPort(nic, 1, not down, min(n, 255), 0))
+            out[int(lay.host_of[r])].append(
+                NicPort(nic, 1, not down, min(n + base, 255), 0)
+            )
+        nics = self.cfg.hardware.gpus_per_host // gpn
+        for ports in out:
+            for i in range(noise.storage_nics):
+                ports.append(NicPort(nic_name(nics + i), 1, True, base, 0))
         return [tuple(p) for p in out]
 
     def _heartbeats(self, tick_ns: int, t_h: np.ndarray) -> None:

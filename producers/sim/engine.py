@@ -37,6 +37,8 @@ class SimResult:
     ticks: int
     records: int
     iterations: int
+    drift_ppm: tuple[float, ...] = ()
+    noise_events: tuple[tuple[str, int, float, float], ...] = ()
 
     @property
     def trace_start_s(self) -> float:
@@ -64,7 +66,19 @@ class SimResult:
             },
             "clock_offsets_s": list(self.offsets_s),
             "iterations": self.iterations,
-        }
+        } | self._extras()
+
+    def _extras(self) -> dict[str, Any]:
+        """Opt-in behaviours' ground truth (absent under the default config)."""
+        out: dict[str, Any] = {}
+        if self.drift_ppm:
+            out["clock_drift_ppm"] = list(self.drift_ppm)
+        if self.noise_events:
+            out["noise_events"] = [
+                {"kind": k, "rank": r, "start_s": a, "end_s": b}
+                for k, r, a, b in self.noise_events
+            ]
+        return out
 
 
 def resolve_faults(cfg: SimConfig, specs: Sequence[FaultSpec]) -> tuple[Fault, ...]:
@@ -92,6 +106,16 @@ def simulate(
     effects = Effects(
         faults, layout, cfg.duration_s, np.random.default_rng([cfg.seed, 3])
     )
+    if cfg.noise.any:
+        noise_rng = np.random.default_rng([cfg.seed, 6])
+        effects.add_noise(cfg.noise, layout, cfg.duration_s, noise_rng)
+    drift = None
+    if cfg.hardware.clock_drift_ppm > 0:
+        drift_rng = np.random.default_rng([cfg.seed, 5])
+        ppm = cfg.hardware.clock_drift_ppm
+        drift = 1e-6 * np.clip(
+            drift_rng.normal(0.0, ppm, layout.nhosts), -3 * ppm, 3 * ppm
+        )
     phys_rng = np.random.default_rng([cfg.seed, 4])
     schedule = Schedule(
         cfg, layout, effects, Physics(cfg, layout, effects, phys_rng), phys_rng
@@ -106,6 +130,7 @@ def simulate(
         writer,
         proc_dead_s=effects.proc_dead,
         port_state=effects.port_state,
+        drift=drift,
     )
     blocks: list[OpBlock] = []
     end_s = cfg.duration_s + float(np.abs(offsets).max()) + cfg.interval_s
@@ -127,4 +152,6 @@ def simulate(
         emitter.tick,
         emitter.records + layout.nhosts,
         schedule.iterations,
+        () if drift is None else tuple(float(d) * 1e6 for d in drift),
+        tuple(effects.noise_events),
     )

@@ -1,4 +1,6 @@
-"""The training program of every rank: GPipe micro-batches, then the DP step.
+"""The training program of every rank: micro-batches, then the DP step.
+
+The micro-batches run as GPipe (default) or 1F1B (``Workload.schedule``).
 
 One iteration, all stages at once (each call covers every DP x TP replica)::
 
@@ -14,6 +16,13 @@ CPU runs ahead: it enqueues (issues) an op while the compute before it still
 runs (up to ``RUNAHEAD`` of that compute), so ops sit in flight with zero
 progress before they start, as under PyTorch. A recv therefore waits in
 flight through the pipeline bubble.
+
+1F1B (PipeDream-Flush, Megatron's default): stage ``s`` runs
+``min(pp - s - 1, m)`` warm-up forwards, then alternates one forward and one
+backward, then drains the remaining backwards. The stages' sequences are
+merged in passes over ``s = 0..pp-1``, taking each stage's next step once
+its input exists; a step pulls the pipeline transfer that feeds it, so the
+sender's side of the pair sits where the sender's program had got to.
 """
 
 from __future__ import annotations
@@ -27,7 +36,22 @@ from mycroft.producers.sim.layout import DP, PP_NEXT, PP_PREV, TP, Layout
 from mycroft.producers.sim.opblock import OpBlock
 
 RUNAHEAD = 0.8
-"""Fraction of the preceding compute during which the CPU enqueues the next op."""
+"""Default fraction of the preceding compute during which the CPU enqueues the
+next op (``Hardware.runahead``)."""
+
+
+def one_f_one_b(pp: int, m: int, s: int) -> list[tuple[bool, int]]:
+    """Stage ``s``'s 1F1B order: ``(forward, micro-batch)`` per step."""
+    warm = min(pp - s - 1, m)
+    out = [(True, j) for j in range(warm)]
+    f, b = warm, 0
+    while b < m:
+        if f < m:
+            out.append((True, f))
+            f += 1
+        out.append((False, b))
+        b += 1
+    return out
 
 
 class Schedule:
@@ -69,6 +93,11 @@ class Schedule:
     def iteration(self) -> None:
         """Schedule one full training iteration of every rank."""
         m, pp = self.wl.micro_batches, self.cfg.pp
+        if self.wl.schedule == "1f1b":
+            self._one_f_one_b()
+            self._data_parallel()
+            self.iterations += 1
+            return
         for _ in range(m):
             for s in range(pp):
                 if s > 0:
@@ -81,6 +110,37 @@ class Schedule:
                 self._stage(s, self.wl.bwd_compute_s)
         self._data_parallel()
         self.iterations += 1
+
+    def _one_f_one_b(self) -> None:
+        m, pp = self.wl.micro_batches, self.cfg.pp
+        order = [one_f_one_b(pp, m, s) for s in range(pp)]
+        pos = [0] * pp
+        fwd_done = [[False] * m for _ in range(pp)]
+        bwd_done = [[False] * m for _ in range(pp)]
+        while any(pos[s] < len(order[s]) for s in range(pp)):
+            moved = False
+            for s in range(pp):
+                if pos[s] == len(order[s]):
+                    continue
+                forward, j = order[s][pos[s]]
+                if forward and s > 0 and not fwd_done[s - 1][j]:
+                    continue
+                if not forward and s < pp - 1 and not bwd_done[s + 1][j]:
+                    continue
+                if forward:
+                    if s > 0:
+                        self._pipe(s - 1, forward=True)
+                    self._stage(s, self.wl.fwd_compute_s)
+                    fwd_done[s][j] = True
+                else:
+                    if s < pp - 1:
+                        self._pipe(s, forward=False)
+                    self._stage(s, self.wl.bwd_compute_s)
+                    bwd_done[s][j] = True
+                pos[s] += 1
+                moved = True
+            if not moved:
+                raise RuntimeError("1F1B schedule made no progress")
 
     def _compute(self, ranks: np.ndarray, seconds: float) -> None:
         t = self.ready[ranks]
@@ -96,7 +156,7 @@ class Schedule:
 
     def _issue(self, ranks: np.ndarray) -> np.ndarray:
         """CPU enqueue times of the next op of ``ranks`` (stalls applied)."""
-        ahead = self.ready[ranks] - RUNAHEAD * self.segment[ranks]
+        ahead = self.ready[ranks] - self.cfg.hardware.runahead * self.segment[ranks]
         t = np.maximum(self.cpu[ranks], ahead)
         t = self.fx.take_stall(ranks, t)
         t = np.where(t > self.fx.proc_dead[ranks], np.inf, t)
