@@ -10,9 +10,10 @@ import pytest
 from mycroft.errors import ConfigError
 from mycroft.producers.sim.config import Hardware, Noise, SimConfig, Workload
 from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.sim.schedule import one_f_one_b
 from mycroft.producers.tracefile import ListWriter
-from mycroft.schemas.records import CompletionBatch, Heartbeat, StateBatch
+from mycroft.schemas.records import CompletionBatch, Heartbeat, StateBatch, Topology
 from mycroft.schemas.vocab import OP_NAMES
 
 BASE = SimConfig(
@@ -164,3 +165,26 @@ def test_runahead_issues_during_the_compute() -> None:
             if o["rank"] == 0 and o["kind"] == OP_NAMES.index("allreduce")
         )
     assert 5e6 < first[0.0] - first[0.8] < 1e7
+
+
+def test_intra_host_flows_never_touch_a_nic() -> None:
+    # One 8-GPU host, TP 4 x DP 2: every flow is NVLink (a NIC fault is
+    # refused outright), and wire bursts on its NICs change nothing.
+    one_host = SimConfig(tp=4, pp=1, dp=2, duration_s=2.0, seed=4)
+    healthy = ListWriter()
+    base = simulate(one_host, [], healthy)
+    with pytest.raises(ConfigError, match="between hosts"):
+        simulate(one_host, [parse_spec("nic-down:rank=1,at=0.5")], ListWriter())
+    bursts = dataclasses.replace(one_host, noise=Noise(wire_bursts_per_min=600))
+    noisy = simulate(bursts, [], ListWriter())
+    assert len(noisy.noise_events) > 5
+    assert (base.iterations, base.records) == (noisy.iterations, noisy.records)
+    topo = [r for _, r in healthy.records if isinstance(r, Topology)]
+    transports = {
+        c.transport
+        for t in topo
+        for rk in t.ranks
+        for m in rk.comms
+        for c in m.connections
+    }
+    assert transports == {"p2p"}
