@@ -282,6 +282,8 @@ def _compare(
         "offline_incidents": len(offline),
         "live": best(live),
         "offline": best(offline),
+        "live_full": live if live != offline else None,
+        "offline_full": offline if live != offline else None,
         "offline_rank_ok": job["scored"].get("rank_ok"),
         "false_root_causes_live": len(live) if not job["fault"] else None,
     }

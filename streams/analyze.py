@@ -21,7 +21,7 @@ from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer
-from mycroft.streams.core.event_time import EventTimeConfig
+from mycroft.streams.core.event_time import EventTimeConfig, on_grid
 
 _CADENCE_NS = 100_000_000
 _MAX_GAP_NS = EventTimeConfig().max_gap_ns
@@ -37,7 +37,8 @@ class Replay:
     """Feed ``(ts_ns, record)`` pairs, in trace order, to one Analyzer per job.
 
     The trace time is ``now``; every analyzer is evaluated each ``cadence_ns``
-    of trace time so hangs fire without new events. ``mycroft analyze`` and the
+    of trace time (at multiples of it in epoch time, as the live worker's
+    event clock) so hangs fire without new events. ``mycroft analyze`` and the
     in-process fault campaign (``bench/campaign``) both drive the core through
     this class, so they share one code path.
     """
@@ -70,7 +71,7 @@ class Replay:
         if type(rec).__name__ not in _JOB_RECORDS:
             return  # recorded findings of a live run are not inputs
         if self._next_eval < 0:
-            self._next_eval = ts_ns
+            self._next_eval = on_grid(ts_ns, self.cadence_ns)
         if ts_ns - self._next_eval > _MAX_GAP_NS:
             # A stretch without records is evaluated for _MAX_GAP_NS, then
             # the grid jumps to the next record, as the live event clock

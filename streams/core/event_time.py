@@ -6,7 +6,8 @@ stream whose interleaving depends on fetch sizes, lag and restarts: a
 heartbeat can arrive seconds before the state batches of the same tick, or
 a host's completions after the next tick's state. :class:`EventClock`
 buffers a job's records and hands them to the engine in one canonical order,
-interleaved with evaluations every ``cadence_ns`` of *event* time, exactly as
+interleaved with evaluations every ``cadence_ns`` of *event* time (at
+multiples of it in epoch time, :func:`on_grid`), exactly as
 ``mycroft analyze`` (:class:`mycroft.streams.analyze.Replay`) drives the same
 engine over a recorded trace.
 
@@ -62,7 +63,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["EventClock", "EventTimeConfig", "Source", "TimedEngine", "record_host"]
+__all__ = [
+    "EventClock",
+    "EventTimeConfig",
+    "Source",
+    "TimedEngine",
+    "on_grid",
+    "record_host",
+]
 
 Source = Literal["end", "moving", "behind"]
 """Where a worker is in one record type's topic partition, for one job:
@@ -135,6 +143,14 @@ class EventTimeConfig:
             )
         if self.idle_s <= 0:
             raise ValueError(f"idle_s must be > 0, got {self.idle_s}")
+
+
+def on_grid(t_ns: int, cadence_ns: int) -> int:
+    """The first evaluation instant at or after ``t_ns``: a multiple of the
+    cadence in epoch time, so that every reader of a job evaluates at the same
+    instants whichever record it saw first (a topology stamped on its host's
+    clock, a few ms off its ticks, or a state batch)."""
+    return -(-t_ns // cadence_ns) * cadence_ns
 
 
 def record_host(record: Any) -> str:
@@ -297,9 +313,9 @@ class EventClock:
     ) -> int:
         """Run the evaluations due at an event time ``<= t_ns`` (as ``Replay``),
         at most ``budget`` of them (``-1``: all); return the budget left."""
-        if self.next_eval_ns < 0:
-            self.next_eval_ns = t_ns
         cfg = self.config
+        if self.next_eval_ns < 0:
+            self.next_eval_ns = on_grid(t_ns, cfg.cadence_ns)
         if t_ns - self.next_eval_ns > cfg.max_gap_ns:
             end = self.next_eval_ns + cfg.max_gap_ns
             while self.next_eval_ns <= end and budget != 0:

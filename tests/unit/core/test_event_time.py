@@ -20,8 +20,10 @@ from mycroft.streams.core.event_time import (
     EventClock,
     EventTimeConfig,
     Source,
+    on_grid,
     record_host,
 )
+from mycroft.streams.faust_runtime import record_time_ns
 
 Verdict = tuple[str, tuple[tuple[int, str, str], ...]]
 
@@ -95,8 +97,8 @@ def _live(
     def source(name: str) -> Source:
         return "end" if read[name] >= totals[name] else "behind"
 
-    for i, (k, (ts, rec)) in enumerate(arrival):
-        clock.push(rec, ts)
+    for i, (k, (_, rec)) in enumerate(arrival):
+        clock.push(rec, record_time_ns(rec))  # the record's own time, as live
         read[k] += 1
         if i == restart_at:
             clock, engine = pickle.loads(pickle.dumps((clock, engine)))
@@ -280,3 +282,16 @@ def test_a_jump_of_years_costs_a_bounded_number_of_evaluations() -> None:
     assert len(eng.evaluated) <= 2 * S // cfg.cadence_ns + 10
     assert eng.evaluated[-1] % cfg.cadence_ns == 0  # still on the grid
     assert clock.skipped_ticks > 10**8
+
+
+def test_evaluations_fall_on_the_epoch_grid_whatever_comes_first() -> None:
+    """A topology stamped on its host's clock (a few ms off the ticks) read
+    first must not shift every evaluation of the job."""
+    assert on_grid(1_000_000_007, S // 10) == 1_100_000_000
+    assert on_grid(1_100_000_000, S // 10) == 1_100_000_000
+    clock, eng = EventClock(), _Counter()
+    clock.push(_Rec("a"), 7_000_000)
+    clock.push(_Rec("a"), S)
+    clock.finish(eng)
+    assert eng.evaluated[0] == S // 10
+    assert all(t % (S // 10) == 0 for t in eng.evaluated)
