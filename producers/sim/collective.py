@@ -9,7 +9,8 @@ Per ring step ``k`` and rank ``i`` (sending to ``i+1``, receiving from ``i-1``):
                  te = max(ge + proxy, tb + wire time), stretched over outages
     D: [db, de]  db = max(tb + lat, de[k-1]);  de = max(te + lat, db)
 
-and the arrival at ``i+1`` is ``de``. The receiving side of ``i`` reports
+and the arrival at ``i+1`` is ``de``. That is the default ``fluid`` model;
+``Hardware(counters="slots")`` uses slot semantics instead (``_slot_steps``). The receiving side of ``i`` reports
 gpu_ready = buffers posted (sender's T), transmitted = data arrived (sender's
 D) and done = consumed by its own kernel (its next step's G). A dead GPU or
 process turns every later time into ``inf``.
@@ -131,6 +132,8 @@ class Physics:
 
         ``launch`` holds each rank's kernel start and its receiver's.
         """
+        if self.hw.counters == "slots":
+            return self._slot_steps(src, dst, launch, link, steps)
         start, peer_start = launch
         copy_s, wire_s, wire_h, lat, net, lead = link
         hw, fx = self.hw, self.fx
@@ -165,6 +168,60 @@ class Physics:
             db = np.maximum(tb + lat, de)
             de = np.maximum(te + lat, db)
             de = np.where(de > pdead_dst, np.inf, de)
+            out[..., k] = np.stack(
+                [
+                    np.stack([gb, ge], -1),
+                    np.stack([tb, te], -1),
+                    np.stack([db, de], -1),
+                ],
+                -2,
+            )
+        return out
+
+    def _slot_steps(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        launch: tuple[np.ndarray, np.ndarray],
+        link: tuple[np.ndarray, ...],
+        steps: int,
+    ) -> np.ndarray:
+        """Send-side intervals under slot (credit) semantics.
+
+        A step is staged (G), posted (T) once it is staged and the receiver
+        granted its slot: the receiver launched (step 0) or started its step
+        ``k - 1``, so consumed step ``k - 2`` (two steps of slots per
+        channel); and
+        completed (D) after the wire, which carries one step at a time. A
+        late receiver leaves ``G > T``; a slow wire leaves ``T > D``.
+        """
+        start, peer_start = launch
+        copy_s, wire_s, _, lat, net, _ = link
+        hw, fx = self.hw, self.fx
+        gdead = fx.gpu_dead[src]
+        pdead_src, pdead_dst = fx.proc_dead[src], fx.proc_dead[dst]
+        out = np.empty((*src.shape, 3, 2, steps))
+        jit = self._jitter((2, steps, *src.shape))
+        ge, te, de = start, np.full(src.shape, -np.inf), np.full(src.shape, -np.inf)
+        we = np.full(src.shape, -np.inf)
+        gb_prev = start
+        for k in range(steps):
+            avail = start if k == 0 else np.roll(de, 1, axis=1)
+            gb = np.maximum(avail, ge)
+            ge = gb + copy_s * jit[0, k]
+            ge = np.where(ge > gdead, np.inf, ge)
+            grant = peer_start if k == 0 else np.roll(gb_prev, -1, axis=1)
+            tb = np.maximum(np.maximum(gb, grant) + hw.proxy_latency_s, te)
+            te = np.maximum(ge, tb) + hw.proxy_latency_s
+            wb = np.maximum(tb, we)
+            we = np.maximum(te, wb + wire_s * jit[1, k])
+            wb, we = fx.pause(wb, we, src, dst, net)
+            te = np.where(te > pdead_src, np.inf, te)
+            we = np.where(we > pdead_src, np.inf, we)
+            db = np.maximum(wb + lat, de)
+            de = np.maximum(we + lat, db)
+            de = np.where(de > pdead_dst, np.inf, de)
+            gb_prev = gb
             out[..., k] = np.stack(
                 [
                     np.stack([gb, ge], -1),

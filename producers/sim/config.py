@@ -14,6 +14,12 @@ DEFAULT_EPOCH_S = 1_767_225_600
 """Trace start of file output: 2026-01-01T00:00Z, fixed for determinism."""
 
 
+COUNTER_MODELS = ("fluid", "slots")
+"""How a network send's counters move (``producers/sim/README.md``): ``fluid``
+(T advances with the wire) or ``slots`` (T = posted into a slot the receiver
+granted, D = completed after the wire)."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Links, latencies and NCCL settings of every host (all hosts alike)."""
@@ -37,6 +43,7 @@ class Hardware:
     jitter: float = 0.03
     clock_drift_ppm: float = 0.0
     runahead: float = 0.8
+    counters: str = "fluid"
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
@@ -57,6 +64,10 @@ class Hardware:
         if not 0 <= self.clock_drift_ppm <= 1000:
             raise ConfigError(
                 f"clock_drift_ppm={self.clock_drift_ppm} must be in [0, 1000]"
+            )
+        if self.counters not in COUNTER_MODELS:
+            raise ConfigError(
+                f"counters={self.counters!r} is not one of {', '.join(COUNTER_MODELS)}"
             )
         if not 0 <= self.runahead <= 1:
             raise ConfigError(f"runahead={self.runahead} must be in [0, 1]")
