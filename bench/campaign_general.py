@@ -6,10 +6,10 @@ settings that turn on the opt-in behaviours (``producers/sim/README.md``),
 split in two halves that share no setting and no seed:
 
 * **tune**: the settings detection thresholds may be adjusted against;
-* **report**: other schedules (1F1B), layouts (4 GPUs per host, 1 GPU per
-  NIC, TP 2), channel counts, slot sizes, sampling periods, clock drift and
-  noise levels, run only to report. Numbers quoted for the analyzer come
-  from this half.
+* **report**: other schedules (1F1B), slot counter semantics, layouts (4
+  GPUs per host, 1 GPU per NIC, TP 2), channel counts, slot sizes, sampling
+  periods, clock drift and noise levels, run only to report. Numbers
+  quoted for the analyzer come from this half.
 
 Every fault type x seeds runs on every setting of a half, plus healthy runs;
 each run is simulated and analyzed in-process (``mycroft analyze``'s code
@@ -122,12 +122,14 @@ SETTINGS: tuple[Setting, ...] = (
     # report: 1F1B, 4-GPU hosts, TP 2, many channels, large slots, 20 ms
     # sampling, drift tens of ppm, heavy noise; seeds disjoint from tune.
     Setting(
-        "1f1b-2x4x4-h4",
+        "1f1b-2x4x4-h4-slots",
         "report",
         2,
         4,
         4,
-        Hardware(gpus_per_host=4, dp_channels=16, chunk_bytes=2 << 20),
+        Hardware(
+            gpus_per_host=4, dp_channels=16, chunk_bytes=2 << 20, counters="slots"
+        ),
         Workload(micro_batches=8, schedule="1f1b"),
         LIGHT,
         seed_base=500,
