@@ -61,6 +61,9 @@ class RecordGate:
         self.topo = TopologyView()
         self.hosts: dict[str, _Host] = {}
         self.clocks = HostClocks(self.contract)
+        self._rc_seen: dict[str, tuple[bytes, int, np.ndarray, np.ndarray]] = {}
+        self._keys: tuple[object, np.ndarray] = (None, np.zeros(0, np.uint64))
+        self._owner: tuple[object, np.ndarray | None] = (None, None)
         self.held: list[tuple[int, Batch]] = []  # (event-time deadline, rows)
         self.rejected: list[Rejection] = []
         self.counts: Counter[tuple[str, str]] = Counter()
@@ -68,6 +71,12 @@ class RecordGate:
         self.newly_flagged: list[str] = []
         self.left: set[str] = set()
         self.released = 0  # of the last ``admit``'s parts, held ones at its end
+
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle (worker snapshots) without the per-batch caches."""
+        state = dict(self.__dict__)
+        state["_keys"], state["_owner"] = (None, np.zeros(0, np.uint64)), (None, None)
+        return state
 
     def admit(self, record: Record, now_ns: int) -> list[Record]:
         """Return the parts of ``record`` (and of held rows) that may reach state.
@@ -147,6 +156,11 @@ class RecordGate:
         split = self._split(b)
         if isinstance(b, StateBatch):
             return self._admit_snapshot(b, split, deadline)
+        if not any(c.any() for c in split.codes.values()) and not any(
+            h.any() for h in split.held.values()
+        ):
+            self.clocks.accept(h.host, h.tick_ns)
+            return [b]
         held = _cut(b, split.held)
         if _nrows(held):
             self._hold(deadline, held)
@@ -204,7 +218,7 @@ class RecordGate:
         big = {g: n for g, n in sizes.items() if n > c.max_rows}
         if big:
             return Reason.TOO_LARGE, f"rows {big} over the {c.max_rows}-row limit"
-        if rows.owners(b.op["nflows"], len(b.flow)) is None:
+        if self._owners(b) is None:
             return Reason.LAYOUT, "op_nflows does not lay out the flow rows"
         return None
 
@@ -215,7 +229,7 @@ class RecordGate:
             self.contract.min_time_ns,
             b.header.tick_ns + self.contract.row_slack_ns,
         )
-        owner = rows.owners(b.op["nflows"], len(b.flow))
+        owner = self._owners(b)
         assert owner is not None  # noqa: S101 - checked by _size_problem
         if isinstance(b, StateBatch):
             op_c, fl_c = rows.op_codes(b.op, lo, hi), rows.flow_codes(b.flow, lo, hi)
@@ -235,16 +249,28 @@ class RecordGate:
         )
         if isinstance(b, StateBatch):
             rc_c = rows.rc_codes(b.rc, lo, hi)
-            held["rc"] = self.topo.place(b.rc["rank"], b.rc["comm"], host, rc_c)
-            codes["rc"] = rc_c
+            elsewhere, unplaced = self._locate_rc(b.rc, host)
+            rows.mark(rc_c, elsewhere, Reason.RANK_NOT_ON_HOST)
+            held["rc"], codes["rc"] = (rc_c == 0) & unplaced, rc_c
         return _Split(codes, held)
+
+    def _locate_rc(self, rc: np.ndarray, host: str) -> tuple[np.ndarray, np.ndarray]:
+        """``TopologyView.locate`` of rank-state rows, cached per host: a
+        host reports the same (rank, comm) rows tick after tick."""
+        key = rc["rank"].tobytes() + rc["comm"].tobytes()
+        hit = self._rc_seen.get(host)
+        if hit is not None and hit[0] == key and hit[1] == self.topo.version:
+            return hit[2], hit[3]
+        elsewhere, unplaced = self.topo.locate(rc["rank"], rc["comm"], host)
+        self._rc_seen[host] = (key, self.topo.version, elsewhere, unplaced)
+        return elsewhere, unplaced
 
     def _regress(self, b: StateBatch, owner: np.ndarray, fl_c: np.ndarray) -> None:
         """Flow counters below the same flow's at the host's previous tick."""
         hs = self.hosts.get(b.header.host)
         if hs is None or not len(hs.flow_keys) or b.header.tick_ns <= hs.flow_tick:
             return
-        keys = rows.flow_keys(b.op, b.flow, owner)
+        keys = self._keys_of(b, owner)
         at = np.minimum(np.searchsorted(hs.flow_keys, keys), len(hs.flow_keys) - 1)
         same = hs.flow_keys[at] == keys
         now = np.stack([b.flow[n] for n in ("gpu_ready", "transmitted", "done")], 1)
@@ -254,14 +280,26 @@ class RecordGate:
     def _remember_flows(self, hs: _Host, b: StateBatch) -> None:
         if b.header.tick_ns < hs.flow_tick:
             return
-        owner = rows.owners(b.op["nflows"], len(b.flow))
+        owner = self._owners(b)
         if owner is None:
             return
-        keys = rows.flow_keys(b.op, b.flow, owner)
+        keys = self._keys_of(b, owner)
         order = np.argsort(keys, kind="stable")
         counts = np.stack([b.flow[n] for n in ("gpu_ready", "transmitted", "done")], 1)
         hs.flow_keys, hs.flow_counts = keys[order], counts[order]
         hs.flow_tick = b.header.tick_ns
+
+    def _owners(self, b: Batch) -> np.ndarray | None:
+        """``row_checks.owners`` of ``b``, computed once per batch."""
+        if self._owner[0] is not b:
+            self._owner = (b, rows.owners(b.op["nflows"], len(b.flow)))
+        return self._owner[1]
+
+    def _keys_of(self, b: StateBatch, owner: np.ndarray) -> np.ndarray:
+        """Flow keys of ``b``, computed once per batch (regress, remember)."""
+        if self._keys[0] is not b:
+            self._keys = (b, rows.flow_keys(b.op, b.flow, owner))
+        return self._keys[1]
 
     # -- holding and rejecting ---------------------------------------------
 

@@ -18,14 +18,19 @@ CODES: tuple[Reason, ...] = tuple(Reason)
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
+_CODE = {r: i + 1 for i, r in enumerate(CODES)}
+
+
 def code(reason: Reason) -> int:
     """The row code of ``reason``."""
-    return CODES.index(reason) + 1
+    return _CODE[reason]
 
 
 def mark(codes: np.ndarray, bad: np.ndarray, reason: Reason) -> None:
-    """Give ``reason`` to the rows of ``bad`` that have no reason yet."""
-    codes[(codes == 0) & bad] = code(reason)
+    """Give ``reason`` to the rows of ``bad`` that have no reason yet (the
+    common case, no bad row, costs one reduction)."""
+    if bad.any():
+        codes[(codes == 0) & bad] = _CODE[reason]
 
 
 def pair_keys(rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
@@ -43,9 +48,16 @@ def isin_sorted(keys: np.ndarray, table: np.ndarray) -> np.ndarray:
 
 
 def time_ok(t: np.ndarray, lo: int, hi: int, zero_ok: bool) -> np.ndarray:
-    """Times within ``[lo, hi]`` (or ``0``, "none", when ``zero_ok``)."""
-    ok = (t >= lo) & (t <= hi)
-    return ok | (t == 0) if zero_ok else ok
+    """Times within ``[lo, hi]`` (or ``0``, "none", when ``zero_ok``).
+
+    One wrapping subtraction: ``t - lo`` modulo 2**64 is at most ``hi - lo``
+    exactly for ``t`` in ``[lo, hi]``, int64 extremes included.
+    """
+    span = np.uint64(hi - lo)
+    ok = np.asarray((t.astype(np.int64) - np.int64(lo)).view(np.uint64) <= span)
+    if zero_ok and not ok.all():
+        ok |= t == 0
+    return ok
 
 
 def rc_codes(rc: np.ndarray, lo: int, hi: int) -> np.ndarray:

@@ -24,6 +24,7 @@ class TopologyView:
     comms: dict[int, tuple[int, ...]] = field(default_factory=dict)  # comm -> members
     rank_host: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     member_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    version: int = 0  # + 1 on every change
 
     @property
     def world(self) -> int:
@@ -32,6 +33,7 @@ class TopologyView:
 
     def add(self, topo: Topology) -> None:
         """Take one host's (valid) topology: it replaces what the host said."""
+        self.version += 1
         hid = self.host_ids.setdefault(topo.host, len(self.host_ids))
         ranks = np.array([rt.rank for rt in topo.ranks], dtype=np.int64)
         new_comms = False
@@ -53,6 +55,7 @@ class TopologyView:
 
     def drop_host(self, host: str) -> None:
         """Forget the ranks of ``host`` (it left the job)."""
+        self.version += 1
         hid = self.host_ids.get(host)
         if hid is not None:
             self.rank_host[self.rank_host == hid] = -1
@@ -63,14 +66,22 @@ class TopologyView:
     ) -> np.ndarray:
         """Mark rows of ranks another host runs; return the rows to hold:
         valid so far, but the rank's host or its (rank, comm) not declared."""
+        elsewhere, unplaced = self.locate(rank, comm, host)
+        rows.mark(codes, elsewhere, Reason.RANK_NOT_ON_HOST)
+        return np.asarray((codes == 0) & unplaced)
+
+    def locate(
+        self, rank: np.ndarray, comm: np.ndarray, host: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of ranks another host runs, and rows whose rank's host or
+        (rank, comm) is not declared (a function of ``version`` and the rows)."""
         hid = self.host_ids.get(host, -2)
         r = rank.astype(np.int64)
         inside = (r >= 0) & (r < self.world)
         owner = np.full(len(r), -1, dtype=np.int64)
         owner[inside] = self.rank_host[r[inside]]
-        rows.mark(codes, (owner >= 0) & (owner != hid), Reason.RANK_NOT_ON_HOST)
-        member = self.members(rank, comm)
-        return np.asarray((codes == 0) & ((owner < 0) | ~member))
+        elsewhere = (owner >= 0) & (owner != hid)
+        return elsewhere, (owner < 0) | ~self.members(rank, comm)
 
     def members(self, rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
         """Whether each ``rank`` is a member of its row's ``comm``."""

@@ -323,3 +323,14 @@ def test_null_value_is_a_decode_error_with_its_reason():
     with pytest.raises(DecodeError) as err:
         CODEC.decode_datum("text")  # type: ignore[arg-type]
     assert err.value.reason == "not-avro"
+
+
+def test_the_gate_survives_a_snapshot_without_its_batch_caches():
+    import pickle  # noqa: PLC0415
+
+    an, _ = _run(HANG[: len(HANG) // 2])
+    back = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
+    assert back.gate.topo.world == NR and back.gate._keys[0] is None
+    ts, b = _full_batch(HANG, after_ns=T0 + 7 * 10**9)
+    back.ingest(bad.bad_rank(b, 10**6, -4), ts)
+    assert [r.reason for r in back.gate.take()] == [Reason.RANK_RANGE]
