@@ -216,7 +216,7 @@ def main() -> int:
     )
     ap.add_argument("--seeds", type=int, default=3, help="seeds per fault and setting")
     ap.add_argument("--duration", type=float, default=24.0, help="s per fault run")
-    ap.add_argument("--faults", default="all", help="comma list or 'all'")
+    ap.add_argument("--faults", default="all", help="comma list, 'all' or 'none'")
     ap.add_argument("--healthy-runs", type=int, default=2, help="per setting")
     ap.add_argument("--healthy-duration", type=float, default=450.0)
     ap.add_argument("--settings", default="all", help="comma list of names or 'all'")
@@ -224,7 +224,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    faults = list(ALL_FAULTS) if args.faults == "all" else args.faults.split(",")
+    faults = (
+        list(ALL_FAULTS)
+        if args.faults == "all"
+        else []
+        if args.faults == "none"
+        else args.faults.split(",")
+    )
     chosen = [
         s
         for s in SETTINGS
