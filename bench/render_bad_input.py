@@ -8,9 +8,11 @@ from typing import Any
 def _bad_input(r: dict[str, Any]) -> list[str]:
     a, huge = r["args"], r["huge_batch"]
     tried = sum(r["tried_per_category"].values())
+    faults = ", ".join(dict.fromkeys(x["fault"] for x in r["rows"]))
+    held = tried - sum(r["rejected_per_reason"].values())
     lines = [
-        f"{r['runs']} simulated 64-rank runs of {a['seconds']:g} s (every fault "
-        f"below x {a['seeds']} seeds, plus healthy runs), each analysed clean and "
+        f"{r['runs']} simulated 64-rank runs of {a['seconds']:g} s ({faults}; "
+        f"{a['seeds']} seeds each), each analysed clean and "
         f"with {a['per_category']} wrong records per category mixed in: "
         f"{tried} wrong records and {r['null_values_tried']} null values in all. "
         f"Measured at {r['commit']}.",
@@ -36,6 +38,14 @@ def _bad_input(r: dict[str, Any]) -> list[str]:
     lines += [f"| {k} | {n} |" for k, n in r["tried_per_category"].items()]
     lines += ["", "| reason | rejections |", "|---|---|"]
     lines += [f"| {k} | {n} |" for k, n in r["rejected_per_reason"].items()]
+    lines += [
+        "",
+        f"The other {held} wrong records (rows of a rank or comm the topology "
+        "does not declare, mixed in during a run's last 5 s) were still held "
+        "for their topology when the run ended: none reached state. An engine "
+        "call is one `Analyzer.ingest` or `evaluate`, what a worker runs on its "
+        "event loop without yielding.",
+    ]
     return lines
 
 
