@@ -77,8 +77,8 @@ PAYLOADS: dict[Kind, struct.Struct] = {
     Kind.FLOW_DONE: struct.Struct("<QqqhBxii4x"),
     # comm, seq, start_ns, nflows, reserved
     Kind.OP_DONE: struct.Struct("<Qqqi12x"),
-    # step, reserved
-    Kind.BEAT: struct.Struct("<q32x"),
+    # step, dropped comms/ops/flows, pxn_flows (v2; zero in v1), reserved
+    Kind.BEAT: struct.Struct("<qIIII16x"),
     # comm, nranks, first (index in the communicator), 6 global ranks (-1: none)
     Kind.COMM_RANKS: struct.Struct("<Qii6i"),
     # comm, name (UTF-8, zero-padded)
@@ -202,6 +202,14 @@ class Beat:
 
     ts_ns: int
     step: int
+    dropped_comms: int = 0
+    """Communicators the writer could not track (its pool was full); version 2."""
+    dropped_ops: int = 0
+    """Ops the writer could not track; their flows are missing too; version 2."""
+    dropped_flows: int = 0
+    """Flows (proxy ops) the writer could not track; version 2."""
+    pxn_flows: int = 0
+    """Flows run here for another process (PXN), not in this ring; version 2."""
 
 
 @dataclass(frozen=True)
