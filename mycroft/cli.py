@@ -18,7 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("mycroft.producers.sim.cli", "simulate a training job with faults"),
     "replay": ("mycroft.producers.replay", "replay a recorded trace file into Kafka"),
     "agent": ("mycroft.producers.agent.cli", "run the node agent"),
-    "nccl-plugin": ("mycroft.producers.nccl_plugin", "print the built NCCL profiler plugin's path"),
+    "nccl-plugin": (
+        "mycroft.producers.nccl_plugin",
+        "print the built NCCL profiler plugin's path",
+    ),
     "analyze": ("mycroft.streams.analyze", "find anomalies and root causes in traces"),
     "streams": ("mycroft.streams.app", "run the Faust stream workers"),
     "sinks": ("mycroft.sinks.service", "forward anomalies and root causes to sinks"),

@@ -106,6 +106,10 @@ EVAL_BUDGET_S = 0.25
 event loop: a worker catching up on a backlog goes on at the next tick from
 where it stopped (the job's clock holds its place), so no single job blocks
 the others for long, and the outcome is the same."""
+PRODUCE_SKEW_S = 1.0
+"""How much later than a job's newest record another record of a partition
+must have been produced before that partition is taken as read past the job
+(producer clocks of different hosts, and their batching, differ by less)."""
 HIGHWATER_GRACE_S = 10.0
 """How long after the start a source partition with no known high watermark
 holds the jobs' event clocks (the consumer learns it with its first fetch)."""
@@ -129,20 +133,33 @@ def source_types(stage: str, topics: TopicSet) -> dict[str, str]:
 
 
 def job_source(
-    where: dict[str, Position], offsets: dict[str, int], type_topics: dict[str, str]
+    where: dict[str, Position],
+    read_s: dict[str, float],
+    produced_s: float | None,
+    type_topics: dict[str, str],
 ) -> Callable[[str], Source]:
-    """A job's view of its sources for its event clock: a topic read to its
-    end, read past the job's newest record of a type (``moving``), or not
-    (``behind``); a record type this stage does not read is at its end."""
+    """A job's view of its sources for its event clock.
+
+    ``where``: each source topic's partition read to its end, or not;
+    ``read_s``: the newest broker (create) time processed there;
+    ``produced_s``: when the job's newest record read so far was produced
+    (None: not known, as after a restore). A topic with a backlog whose
+    processed records were produced after the job's newest one by
+    ``PRODUCE_SKEW_S`` holds nothing of the job older than it (``moving``):
+    producers append in the order they produce. Else the reader is
+    ``behind``. A record type this stage does not read is at its end.
+    """
 
     def source(name: str) -> Source:
         topic = type_topics.get(name)
-        if topic is None:
+        if topic is None or where.get(topic, -1) == "end":
             return "end"
-        at = where.get(topic, -1)
-        if at == "end":
-            return "end"
-        return "moving" if at > offsets.get(name, -1) else "behind"
+        if (
+            produced_s is not None
+            and read_s.get(topic, 0.0) >= produced_s + PRODUCE_SKEW_S
+        ):
+            return "moving"
+        return "behind"
 
     return source
 
@@ -220,6 +237,7 @@ class Pipeline:
         # Offset of the last record processed per source (topic, partition),
         # and where a partition nothing was read from started.
         self.read_offsets: dict[tuple[str, int], int] = {}
+        self.read_s: dict[tuple[str, int], float] = {}  # newest broker time read
         self.start_offsets: dict[TP, int] = {}
         self.type_topics = source_types(settings.stage, topics)
         # Completion batches per source partition and job, summed into the
@@ -284,6 +302,8 @@ class Pipeline:
         # partition must not leave it looking unread (it would hold the
         # event clocks of its jobs).
         self.read_offsets[(msg.topic, msg.partition)] = msg.offset
+        key = (msg.topic, msg.partition)
+        self.read_s[key] = max(self.read_s.get(key, 0.0), float(msg.timestamp or 0.0))
         if msg.value is None and self.on_tombstone(msg):
             return
         try:
@@ -301,7 +321,7 @@ class Pipeline:
             )
             return
         slot = self.router.slot(job, msg.partition)
-        slot.ingest(record, time.monotonic(), msg.offset)
+        slot.ingest(record, time.monotonic(), float(msg.timestamp or 0.0))
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)
@@ -465,7 +485,11 @@ class Pipeline:
         where = await self.read_positions(partition)
         deadline = wall + EVAL_BUDGET_S
         for slot in self.router.on_partition(partition):
-            source = job_source(where, slot.offsets, self.type_topics)
+            read_s = {
+                t: self.read_s.get((t, partition), 0.0)
+                for t in set(self.type_topics.values())
+            }
+            source = job_source(where, read_s, slot.produced_s, self.type_topics)
             while True:
                 findings = slot.advance(source, wall, EVALS_PER_STEP)
                 if findings:
@@ -605,6 +629,7 @@ class Pipeline:
         self.read_offsets = {
             k: v for k, v in self.read_offsets.items() if k[1] not in parts
         }
+        self.read_s = {k: v for k, v in self.read_s.items() if k[1] not in parts}
         self.start_offsets = {
             tp: o for tp, o in self.start_offsets.items() if tp.partition not in parts
         }

@@ -78,8 +78,8 @@ class JobSlot:
     ``seen_s`` is the wall time of the last record, whatever its trace time:
     a worker behind on one topic still reads a job's older completions after
     its state records reached the job's end, and the job is not idle then.
-    ``offsets``: per record type, the source offset of the job's newest
-    record of that type.
+    ``produced_s``: the broker (create) time of the newest-produced record
+    read for the job (None until one is read; not kept in snapshots).
     """
 
     job_id: str
@@ -90,20 +90,21 @@ class JobSlot:
     dirty: bool = True  # changed since its last snapshot
     seen_s: float = 0.0
     clock: EventClock = field(default_factory=EventClock)
-    offsets: dict[str, int] = field(default_factory=dict)
+    produced_s: float | None = None
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
         """Advance the newest trace time with a record's time seen at ``wall_s``."""
         if trace_ns > self.trace_ns:
             self.trace_ns, self.anchor_s = trace_ns, wall_s
 
-    def ingest(self, record: Record, wall_s: float, offset: int = -1) -> None:
-        """Buffer ``record`` in the job's event clock (read at ``offset``)."""
+    def ingest(self, record: Record, wall_s: float, produced_s: float = 0.0) -> None:
+        """Buffer ``record`` in the job's event clock (produced at ``produced_s``,
+        broker time; 0: unknown)."""
         t = record_time_ns(record)
         self.observe(t, wall_s)
         self.clock.push(record, t)
-        if offset >= 0:
-            self.offsets[type(record).__name__] = offset
+        if produced_s > 0:
+            self.produced_s = max(self.produced_s or 0.0, produced_s)
         self.dirty, self.seen_s = True, wall_s
 
     def advance(

@@ -10,7 +10,8 @@ Per ring step ``k`` and rank ``i`` (sending to ``i+1``, receiving from ``i-1``):
     D: [db, de]  db = max(tb + lat, de[k-1]);  de = max(te + lat, db)
 
 and the arrival at ``i+1`` is ``de``. That is the default ``fluid`` model;
-``Hardware(counters="slots")`` uses slot semantics instead (``_slot_steps``). The receiving side of ``i`` reports
+``Hardware(counters="slots")`` uses slot semantics instead (``_slot_steps``).
+The receiving side of ``i`` reports
 gpu_ready = buffers posted (sender's T), transmitted = data arrived (sender's
 D) and done = consumed by its own kernel (its next step's G). A dead GPU or
 process turns every later time into ``inf``.

@@ -25,13 +25,13 @@ hosts):
 
 * a stream whose topic partition the worker read to its end (*caught up*)
   holds nothing back: what it has not delivered was not produced yet;
-* a stream whose partition is read no further than the job's newest record
-  of that type (its reader is behind) holds the watermark, however far;
-* the state stream always holds it while its partition has a backlog; a
-  sparse stream (completions, heartbeats) whose partition moves on with
-  other jobs' records holds it while within ``straggler_ns`` of the
-  reference, and further behind (completions during a hang) no longer
-  holds the others back; a stream read ahead of the reference holds nothing;
+* a stream whose partition was read past the job, records produced after
+  the job's newest one (*moving*: other jobs' records, appended later),
+  holds nothing back either: producers append in the order they produce,
+  so what the job still has there was produced later (a hung job's sparse
+  completion stream, or a host that died, never hold the others);
+* otherwise the reader is *behind* and the stream holds the watermark at
+  its newest time, however far back;
 * a record type not read yet for the job is a stream at the job's first
   record time: a worker starts reading its topics at different moments.
 
@@ -74,8 +74,8 @@ __all__ = [
 
 Source = Literal["end", "moving", "behind"]
 """Where a worker is in one record type's topic partition, for one job:
-``end``, read to its end; ``moving``, records of other jobs were read after
-this job's newest of that type (the partition moves on without it);
+``end``, read to its end; ``moving``, read past records produced after the
+job's newest one (what the job has left there was produced later);
 ``behind``, neither (its reader is behind: hold the watermark)."""
 
 _CLASS = {"Topology": 0, "StateBatch": 1, "CompletionBatch": 1, "CommSummary": 1}
@@ -114,11 +114,6 @@ class EventTimeConfig:
             once every partition is read to its end: the skew between hosts'
             ticks and the producers' send delay (linger 5 ms, one tick of
             batching) fit in 0.2 s.
-        straggler_ns: How far behind the newest record a stream of a topic
-            with a backlog still holds the watermark: a spool replay or a
-            lagging topic stays within a few seconds of its neighbours; a
-            dead host or a hung job's completion stream falls behind without
-            bound and must not stall the job.
         idle_s: Wall seconds with every partition read and no record of the
             job before it is quiet (module docstring): three heartbeat
             periods, so a live job never takes this path.
@@ -127,7 +122,6 @@ class EventTimeConfig:
     cadence_ns: int = 100_000_000
     max_gap_ns: int = 60_000_000_000
     lateness_ns: int = 200_000_000
-    straggler_ns: int = 5_000_000_000
     idle_s: float = 3.0
 
     def __post_init__(self) -> None:
@@ -136,11 +130,8 @@ class EventTimeConfig:
             raise ValueError(f"cadence_ns must be > 0, got {self.cadence_ns}")
         if self.max_gap_ns < self.cadence_ns:
             raise ValueError(f"max_gap_ns must be >= cadence_ns, got {self.max_gap_ns}")
-        if not 0 <= self.lateness_ns <= self.straggler_ns:
-            raise ValueError(
-                "need 0 <= lateness_ns <= straggler_ns, got "
-                f"{self.lateness_ns} and {self.straggler_ns}"
-            )
+        if self.lateness_ns < 0:
+            raise ValueError(f"lateness_ns must be >= 0, got {self.lateness_ns}")
         if self.idle_s <= 0:
             raise ValueError(f"idle_s must be > 0, got {self.idle_s}")
 
@@ -233,10 +224,7 @@ class EventClock:
         w = ref - cfg.lateness_ns
         times = {name: self.first_ns for name in STREAMS} | self.streams
         for name, t in times.items():
-            where = source(name)
-            if where == "end":
-                continue
-            if where == "behind" or name == DENSE or t >= ref - cfg.straggler_ns:
+            if source(name) == "behind":
                 w = min(w, t - cfg.lateness_ns)
         return w
 

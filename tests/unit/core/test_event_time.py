@@ -210,7 +210,7 @@ def test_sparse_stream_holds_while_its_reader_is_behind() -> None:
     where: dict[str, Source] = {"StateBatch": "end", "Heartbeat": "behind"}
     clock.advance(eng, lambda n: where.get(n, "end"))
     assert max(eng.ingested) == S - cfg.lateness_ns  # held at the heartbeat
-    where["Heartbeat"] = "moving"  # its partition moved on: 6.9 s behind
+    where["Heartbeat"] = "moving"  # read past what the job produced: all in
     clock.advance(eng, lambda n: where.get(n, "end"))
     assert max(eng.ingested) == 79 * S // 10 - cfg.lateness_ns
 
@@ -255,7 +255,7 @@ def test_late_record_is_counted_and_ingested() -> None:
 
 def test_config_rejects_bounds_that_cannot_hold() -> None:
     with pytest.raises(ValueError, match="lateness_ns"):
-        EventTimeConfig(lateness_ns=10 * S, straggler_ns=S)
+        EventTimeConfig(lateness_ns=-1)
     with pytest.raises(ValueError, match="cadence_ns"):
         EventTimeConfig(cadence_ns=0)
 

@@ -101,8 +101,8 @@ def _behind(_: str) -> Source:
 def test_records_reach_the_engine_once_the_watermark_passed_them() -> None:
     slot = JobSlot("j", 0, FakeEngine("j"))
     for seq in range(5):
-        slot.ingest(state_batch(seq), wall_s=10.0, offset=seq)
-    assert slot.offsets == {"StateBatch": 4} and slot.trace_ns == T0 + 400_000_000
+        slot.ingest(state_batch(seq), wall_s=10.0, produced_s=100.0 + seq)
+    assert slot.produced_s == 104.0 and slot.trace_ns == T0 + 400_000_000
     slot.advance(_behind, wall_s=10.0)  # a reader behind: nothing is known to be in
     assert slot.engine.seen == []  # type: ignore[attr-defined]
     slot.advance(_end, wall_s=10.0)  # read to the end: all but the last 0.2 s
