@@ -25,6 +25,7 @@ from mycroft.producers.ring_layout import (
     VERSION,
     VERSION_MAX,
     WRITE_IDX_OFFSET,
+    FlowSteps,
     Kind,
     RingHeader,
     RingRecord,
@@ -171,12 +172,19 @@ class RingWriter:
 class RingReader:
     """The agent side: drain one ring read-only, counting overwrites and corrupt slots.
 
+    Args:
+        path: the ring file.
+        flow_steps: also return FLOW_STEPS records (layout version 3, the NCCL
+            plugin's proxy-step counters); otherwise they are skipped as valid
+            records the caller does not consume, never counted corrupt.
+
     Raises:
-        ValueError: (from the constructor) the file is not a version 1 or 2 ring.
+        ValueError: (from the constructor) the file is not a version 1..3 ring.
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, flow_steps: bool = False) -> None:
         self.path = Path(path)
+        self.flow_steps = flow_steps
         with open(self.path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < HEADER_SIZE:
@@ -238,8 +246,9 @@ class RingReader:
             elif record is None or seq_word != expected:
                 self.corrupt += 1
             else:
-                out.append(record)
                 self.last_write_ns = max(self.last_write_ns, record.ts_ns)
+                if self.flow_steps or not isinstance(record, FlowSteps):
+                    out.append(record)
         self.records_read += len(out)
         self.next_index = end
         return out

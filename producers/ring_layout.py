@@ -19,8 +19,9 @@ from enum import IntEnum
 MAGIC = b"MYCRING1"
 VERSION = 1
 """Layout version a writer stamps by default (kinds 1..6)."""
-VERSION_MAX = 2
-"""Newest layout this module reads: version 2 adds kinds 7 and 8 (group membership)."""
+VERSION_MAX = 3
+"""Newest layout this module reads: version 2 adds kinds 7 and 8 (group membership),
+version 3 kind 9 (the NCCL plugin's per-flow proxy-step counters)."""
 COMM_RANKS_PER_SLOT = 6
 """Global ranks one COMM_RANKS record carries."""
 COMM_NAME_BYTES = 32
@@ -64,6 +65,7 @@ class Kind(IntEnum):
     BEAT = 6
     COMM_RANKS = 7
     COMM_NAME = 8
+    FLOW_STEPS = 9
 
 
 PAYLOADS: dict[Kind, struct.Struct] = {
@@ -83,6 +85,8 @@ PAYLOADS: dict[Kind, struct.Struct] = {
     Kind.COMM_RANKS: struct.Struct("<Qii6i"),
     # comm, name (UTF-8, zero-padded)
     Kind.COMM_NAME: struct.Struct("<Q32s"),
+    # comm, seq, channel, dir, pad, peer, posted, received, bytes (v3)
+    Kind.FLOW_STEPS: struct.Struct("<QqhBxiiiq"),
 }
 PAYLOAD_SIZE = SLOT_SIZE - SLOT_HEAD.size
 if any(s.size != PAYLOAD_SIZE for s in PAYLOADS.values()):  # pragma: no cover
@@ -252,6 +256,29 @@ class CommName:
         return self.name.rstrip(b"\0").decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class FlowSteps:
+    """Proxy-step counters of a flow beside its FLOW_PROGRESS (layout version 3).
+
+    Written by the NCCL profiler plugin with every FLOW_PROGRESS of the flow,
+    at the same ``ts_ns``. On a send flow ``posted`` counts SendGPUWait (slots
+    the proxy offered the GPU) and ``received`` is 0; on a recv flow
+    ``posted`` counts RecvWait (equal to the recv G) and ``received``
+    RecvFlushWait (data arrived from the network). ``nbytes`` sums NCCL's
+    ``transSize`` at SendWait (send) or RecvFlushWait (recv).
+    """
+
+    ts_ns: int
+    comm: int
+    seq: int
+    channel: int
+    direction: int
+    peer: int
+    posted: int
+    received: int
+    nbytes: int
+
+
 def comm_ranks_records(
     ts_ns: int, comm: int, ranks: tuple[int, ...]
 ) -> list[CommRanks]:
@@ -272,7 +299,15 @@ def comm_name_record(ts_ns: int, comm: int, name: str) -> CommName:
 
 
 RingRecord = (
-    Comm | OpIssued | FlowProgress | FlowDone | OpDone | Beat | CommRanks | CommName
+    Comm
+    | OpIssued
+    | FlowProgress
+    | FlowDone
+    | OpDone
+    | Beat
+    | CommRanks
+    | CommName
+    | FlowSteps
 )
 
 _KIND_OF: dict[type, Kind] = {
@@ -284,6 +319,7 @@ _KIND_OF: dict[type, Kind] = {
     Beat: Kind.BEAT,
     CommRanks: Kind.COMM_RANKS,
     CommName: Kind.COMM_NAME,
+    FlowSteps: Kind.FLOW_STEPS,
 }
 _TYPE_OF: dict[Kind, type] = {v: k for k, v in _KIND_OF.items()}
 

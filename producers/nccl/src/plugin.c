@@ -7,7 +7,7 @@
  * (FLOW_DONE) and ops (OP_DONE) and writes a BEAT with the pool-exhaustion counters each second.
  * A tick thread was chosen over writing on the proxy thread's own events because the ring needs
  * a single writer and a CRC per record; doing that per step would cost the proxy ~100 ns per
- * event and a lock across proxy threads (bench/nccl_overhead.py measures both paths). */
+ * event and a lock across proxy threads (bench/nccl_plugin_overhead.py measures the event path). */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -56,9 +56,13 @@ typedef struct myc_flow {
   _Atomic int state;
   myc_op_t *op; /* NULL for a PXN flow (another process's op) */
   int channel, dir, peer, total;
-  _Atomic int posted, ready, trans, done;
+  /* G/T/D of FLOW_PROGRESS; posted and received go to FLOW_STEPS (schemas/ring.md §4b).
+   * send: posted = SendGPUWait, ready = SendPeerWait, trans = SendWait, done = stop.
+   * recv: ready = RecvWait (posted), received = RecvFlushWait, trans = RecvGPUWait,
+   *       done = stop (consumed); posted mirrors ready. */
+  _Atomic int posted, ready, received, trans, done;
   _Atomic int64_t bytes, first_ns, last_ns;
-  int last_ready, last_trans, last_done; /* tick thread's last snapshot */
+  int last[5]; /* tick thread's last snapshot of posted, ready, received, trans, done */
 } myc_flow_t;
 
 typedef struct {
@@ -87,13 +91,14 @@ static struct {
   myc_kch_t *kch;
   _Atomic unsigned op_hint, flow_hint;
   _Atomic uint64_t drop_comms, drop_ops, drop_flows, pxn_flows;
+  _Atomic int first_rank; /* rank of the first init, for a ring header without RANK */
   myc_ring_t ring;
   pthread_mutex_t tick_lock; /* tick thread vs explicit flush; never taken on the event path */
   pthread_t tick_thread;
   _Atomic int stop;
   int64_t last_beat_ns;
   int32_t rank;
-} g = {.once = PTHREAD_ONCE_INIT, .tick_lock = PTHREAD_MUTEX_INITIALIZER};
+} g = {.once = PTHREAD_ONCE_INIT, .tick_lock = PTHREAD_MUTEX_INITIALIZER, .first_rank = -1};
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -172,6 +177,7 @@ static void setup_once(void) {
   static const char *const local_env[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                           "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
   g.rank = env_rank(rank_env);
+  if (g.rank < 0) g.rank = atomic_load(&g.first_rank); /* the first communicator's rank */
   const char *dir = getenv("MYCROFT_NCCL_RING_DIR");
   if (!dir || !*dir) dir = "/dev/shm/mycroft";
   int64_t created = now_ns();
@@ -198,6 +204,8 @@ static ncclResult_t init_common(void **ctx, int *mask, const char *name, uint64_
                                 int nranks, int rank, ncclDebugLogger_t logfn) {
   *ctx = NULL;
   if (logfn) g.log = logfn;
+  int unset = -1;
+  atomic_compare_exchange_strong(&g.first_rank, &unset, rank);
   pthread_once(&g.once, setup_once);
   if (!g.ok) {
     if (atomic_exchange(&g.logged, 1) == 0 && g.log)
@@ -215,7 +223,6 @@ static ncclResult_t init_common(void **ctx, int *mask, const char *name, uint64_
   c->rank = rank;
   c->nnodes = nnodes;
   if (name) snprintf(c->name, sizeof(c->name), "%s", name);
-  if (g.rank < 0 && idx == 0) g.rank = rank; /* no RANK in the environment: first communicator's rank */
   pthread_once(&tick_once, start_tick);
   *mask = MYC_EV_COLL | MYC_EV_P2P | MYC_EV_PROXY_OP | MYC_EV_PROXY_STEP | MYC_EV_KERNEL_CH;
   *ctx = c;
@@ -346,8 +353,10 @@ static ncclResult_t start_common(void *ctx, void **h, const myc_descr_t *d) {
         atomic_fetch_add_explicit(&g.pxn_flows, 1, memory_order_relaxed);
       } else {
         op = as_op(d->parent);
-        if (!op || atomic_load_explicit(&op->state, memory_order_acquire) != LIVE)
-          return ncclSuccess; /* parent dropped: counted when it was */
+        if (!op || atomic_load_explicit(&op->state, memory_order_acquire) != LIVE) {
+          atomic_fetch_add_explicit(&g.drop_flows, 1, memory_order_relaxed); /* parent retired */
+          return ncclSuccess;
+        }
       }
       myc_flow_t *f = alloc_flow();
       if (!f) return ncclSuccess;
@@ -358,12 +367,13 @@ static ncclResult_t start_common(void *ctx, void **h, const myc_descr_t *d) {
       f->total = d->nsteps;
       atomic_store_explicit(&f->posted, 0, memory_order_relaxed);
       atomic_store_explicit(&f->ready, 0, memory_order_relaxed);
+      atomic_store_explicit(&f->received, 0, memory_order_relaxed);
       atomic_store_explicit(&f->trans, 0, memory_order_relaxed);
       atomic_store_explicit(&f->done, 0, memory_order_relaxed);
       atomic_store_explicit(&f->bytes, 0, memory_order_relaxed);
       atomic_store_explicit(&f->first_ns, 0, memory_order_relaxed);
       atomic_store_explicit(&f->last_ns, 0, memory_order_relaxed);
-      f->last_ready = f->last_trans = f->last_done = -1;
+      for (int i = 0; i < 5; i++) f->last[i] = -1;
       if (op) {
         atomic_fetch_add(&op->refs, 1);
         atomic_fetch_add(&op->children, 1);
@@ -411,31 +421,50 @@ static void bump(_Atomic int *v) {
   atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + 1, memory_order_release);
 }
 
+static void first_progress(myc_flow_t *f) {
+  if (atomic_load_explicit(&f->first_ns, memory_order_relaxed) == 0)
+    atomic_store_explicit(&f->first_ns, now_ns(), memory_order_relaxed);
+}
+
+/* transSize is fresh only at SendWait and RecvFlushWait; every other state carries a stale one. */
 static ncclResult_t record_common(void *h, int state, size_t trans_size) {
   myc_step_t *s = as_step(h);
   if (!s) return ncclSuccess; /* KernelCh stop times come from the host clock at stopEvent */
   myc_flow_t *f = s->flow;
   switch (state) {
-    case MYC_ST_SEND_GPU_WAIT:
-    case MYC_ST_RECV_WAIT:
+    case MYC_ST_SEND_GPU_WAIT: /* slot posted to the GPU */
       if (first_time(s, 1)) bump(&f->posted);
       break;
-    case MYC_ST_SEND_PEER_WAIT: /* GPU made the data ready */
-    case MYC_ST_RECV_FLUSH_WAIT: /* data received from the network */
-      if (first_time(s, 2)) {
-        if (atomic_load_explicit(&f->first_ns, memory_order_relaxed) == 0)
-          atomic_store_explicit(&f->first_ns, now_ns(), memory_order_relaxed);
+    case MYC_ST_RECV_WAIT: /* irecv posted: recv G */
+      if (first_time(s, 1)) {
+        bump(&f->posted);
         bump(&f->ready);
-        if (state == MYC_ST_RECV_FLUSH_WAIT)
-          atomic_fetch_add_explicit(&f->bytes, (int64_t)trans_size, memory_order_relaxed);
       }
       break;
-    case MYC_ST_SEND_WAIT: /* isend returned a request: transmitted */
-    case MYC_ST_RECV_GPU_WAIT: /* handed to the GPU */
+    case MYC_ST_SEND_PEER_WAIT: /* GPU made the data ready: send G (repeats while isend retries) */
+      if (first_time(s, 2)) {
+        first_progress(f);
+        bump(&f->ready);
+      }
+      break;
+    case MYC_ST_RECV_FLUSH_WAIT: /* data arrived from the network */
+      if (first_time(s, 2)) {
+        first_progress(f);
+        bump(&f->received);
+        atomic_fetch_add_explicit(&f->bytes, (int64_t)trans_size, memory_order_relaxed);
+      }
+      break;
+    case MYC_ST_SEND_WAIT: /* isend returned a request: send T */
       if (first_time(s, 4)) {
+        first_progress(f);
         bump(&f->trans);
-        if (state == MYC_ST_SEND_WAIT)
-          atomic_fetch_add_explicit(&f->bytes, (int64_t)trans_size, memory_order_relaxed);
+        atomic_fetch_add_explicit(&f->bytes, (int64_t)trans_size, memory_order_relaxed);
+      }
+      break;
+    case MYC_ST_RECV_GPU_WAIT: /* handed to the GPU: recv T */
+      if (first_time(s, 4)) {
+        first_progress(f);
+        bump(&f->trans);
       }
       break;
     default:
@@ -497,35 +526,62 @@ static void write_comm(uint64_t comm, int nranks, int rank, int nch, const char 
   }
 }
 
-static void write_flow(uint8_t kind, myc_flow_t *f, int64_t t) {
-  myc_op_t *op = f->op;
-  uint8_t b[64] = {0};
-  int ready = atomic_load_explicit(&f->ready, memory_order_acquire);
-  int trans = atomic_load_explicit(&f->trans, memory_order_acquire);
-  int done = atomic_load_explicit(&f->done, memory_order_acquire);
+typedef struct {
+  int v[5]; /* posted, ready, received, trans, done */
+} myc_snap_t;
+
+static myc_snap_t snapshot(myc_flow_t *f) {
+  myc_snap_t n;
+  n.v[0] = atomic_load_explicit(&f->posted, memory_order_acquire);
+  n.v[1] = atomic_load_explicit(&f->ready, memory_order_acquire);
+  n.v[2] = atomic_load_explicit(&f->received, memory_order_acquire);
+  n.v[3] = atomic_load_explicit(&f->trans, memory_order_acquire);
+  n.v[4] = atomic_load_explicit(&f->done, memory_order_acquire);
+  /* counters are read one by one while the proxy moves: keep G >= T >= D in the record */
+  if (n.v[3] < n.v[4]) n.v[3] = n.v[4];
+  if (n.v[1] < n.v[3]) n.v[1] = n.v[3];
+  return n;
+}
+
+static void flow_head(uint8_t *b, uint8_t kind, const myc_flow_t *f, int64_t t) {
+  memset(b, 0, 64);
   b[8] = kind;
   myc_put_u64(b + 16, (uint64_t)t);
-  myc_put_u64(b + 24, op->ring_comm);
-  myc_put_u64(b + 32, (uint64_t)op->seq);
-  if (kind == MYC_KIND_FLOW_PROGRESS) {
-    myc_put_u16(b + 40, (uint16_t)f->channel);
-    b[42] = (uint8_t)f->dir;
-    myc_put_u32(b + 44, (uint32_t)f->peer);
-    int total = f->total > ready ? f->total : ready;
-    myc_put_u32(b + 48, (uint32_t)total);
-    myc_put_u32(b + 52, (uint32_t)ready);
-    myc_put_u32(b + 56, (uint32_t)trans);
-    myc_put_u32(b + 60, (uint32_t)done);
-    f->last_ready = ready;
-    f->last_trans = trans;
-    f->last_done = done;
-  } else {
-    myc_put_u64(b + 40, (uint64_t)atomic_load(&f->first_ns));
-    myc_put_u16(b + 48, (uint16_t)f->channel);
-    b[50] = (uint8_t)f->dir;
-    myc_put_u32(b + 52, (uint32_t)f->peer);
-    myc_put_u32(b + 56, (uint32_t)done);
-  }
+  myc_put_u64(b + 24, f->op->ring_comm);
+  myc_put_u64(b + 32, (uint64_t)f->op->seq);
+}
+
+/* FLOW_PROGRESS and FLOW_STEPS of one snapshot (same ts_ns). */
+static void write_progress(myc_flow_t *f, const myc_snap_t *n, int64_t t) {
+  uint8_t b[64];
+  flow_head(b, MYC_KIND_FLOW_PROGRESS, f, t);
+  myc_put_u16(b + 40, (uint16_t)f->channel);
+  b[42] = (uint8_t)f->dir;
+  myc_put_u32(b + 44, (uint32_t)f->peer);
+  myc_put_u32(b + 48, (uint32_t)(f->total > n->v[1] ? f->total : n->v[1]));
+  myc_put_u32(b + 52, (uint32_t)n->v[1]);
+  myc_put_u32(b + 56, (uint32_t)n->v[3]);
+  myc_put_u32(b + 60, (uint32_t)n->v[4]);
+  myc_ring_commit(&g.ring, b);
+  flow_head(b, MYC_KIND_FLOW_STEPS, f, t);
+  myc_put_u16(b + 40, (uint16_t)f->channel);
+  b[42] = (uint8_t)f->dir;
+  myc_put_u32(b + 44, (uint32_t)f->peer);
+  myc_put_u32(b + 48, (uint32_t)n->v[0]);
+  myc_put_u32(b + 52, (uint32_t)n->v[2]);
+  myc_put_u64(b + 56, (uint64_t)atomic_load_explicit(&f->bytes, memory_order_relaxed));
+  myc_ring_commit(&g.ring, b);
+  memcpy(f->last, n->v, sizeof(f->last));
+}
+
+static void write_flow_done(myc_flow_t *f, int done, int64_t t) {
+  uint8_t b[64];
+  flow_head(b, MYC_KIND_FLOW_DONE, f, t);
+  myc_put_u64(b + 40, (uint64_t)atomic_load(&f->first_ns));
+  myc_put_u16(b + 48, (uint16_t)f->channel);
+  b[50] = (uint8_t)f->dir;
+  myc_put_u32(b + 52, (uint32_t)f->peer);
+  myc_put_u32(b + 56, (uint32_t)done);
   myc_ring_commit(&g.ring, b);
 }
 
@@ -577,15 +633,15 @@ static void tick(int force_beat) {
       if (st == STOPPED) atomic_store_explicit(&f->state, FREE, memory_order_release);
       continue;
     }
-    int changed = atomic_load(&f->ready) != f->last_ready || atomic_load(&f->trans) != f->last_trans ||
-                  atomic_load(&f->done) != f->last_done;
+    myc_snap_t n = snapshot(f);
+    int changed = memcmp(n.v, f->last, sizeof(f->last)) != 0;
     if (changed || st == STOPPED) {
       if (!f->op->issued_written) announce_op(f->op);
-      if (changed) write_flow(MYC_KIND_FLOW_PROGRESS, f, t);
+      if (changed) write_progress(f, &n, t);
     }
     if (st == STOPPED) {
       int64_t last = atomic_load(&f->last_ns);
-      write_flow(MYC_KIND_FLOW_DONE, f, last ? last : t);
+      write_flow_done(f, n.v[4], last ? last : t);
       myc_op_t *op = f->op;
       int64_t first = atomic_load(&f->first_ns);
       if (first) set_min(&op->start_ns, first);

@@ -68,7 +68,7 @@ int myc_ring_create(myc_ring_t *ring, const char *dir, const char *name, uint32_
     return err;
   }
   memcpy(base, "MYCRING1", 8);
-  myc_put_u32(base + 8, 2);
+  myc_put_u32(base + 8, 3);
   myc_put_u32(base + 12, 128);
   myc_put_u32(base + 16, 64);
   myc_put_u32(base + 20, nslots);

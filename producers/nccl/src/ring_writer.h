@@ -1,4 +1,4 @@
-/* C writer of the Mycroft trace ring (schemas/ring.md, layout version 2). Single writer. */
+/* C writer of the Mycroft trace ring (schemas/ring.md, layout version 3). Single writer. */
 #ifndef MYCROFT_RING_WRITER_H
 #define MYCROFT_RING_WRITER_H
 
@@ -14,6 +14,7 @@ enum {
   MYC_KIND_BEAT = 6,
   MYC_KIND_COMM_RANKS = 7,
   MYC_KIND_COMM_NAME = 8,
+  MYC_KIND_FLOW_STEPS = 9, /* layout version 3 */
 };
 
 typedef struct {
