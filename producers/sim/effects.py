@@ -50,6 +50,7 @@ class Effects:
         self.lag: list[Window] = []
         self.pcie: list[Window] = []
         self.pauses: list[Window] = []
+        self.retrains: list[Window] = []
         self.gpu_dead = np.full(n, np.inf)
         self.proc_dead = np.full(n, np.inf)
         self.stalls: list[Fault] = []
@@ -83,7 +84,7 @@ class Effects:
             self.lag.append(Window(mask, t0, t1, sev * 0.1e-3))
         elif name == "nic-down":
             self.pauses.append(Window(mask, t0, t1))
-        elif name == "link-flap":
+        elif name in ("link-flap", "port-flap"):
             self._flaps(f, mask, duration_s)
         elif name == "proxy-delay":
             self._proxy_stalls(f, mask, duration_s, rng)
@@ -130,9 +131,15 @@ class Effects:
     def _flaps(self, f: Fault, mask: np.ndarray, duration_s: float) -> None:
         period, down = f.param("period"), f.param("down")
         t, end = f.at_s, min(f.end_s, duration_s)
+        before = len(self.pauses)
         while t < end:
             self.pauses.append(Window(mask, t, t + min(down, period)))
             t += max(period, 1e-3)
+        if f.name == "port-flap":
+            # Brief retrains (each one a down and a recovery on the port)
+            # and retransmissions: the link runs a little slower.
+            self.retrains += self.pauses[before:]
+            self.rate.append(Window(mask, f.at_s, f.end_s, 1.0 - f.severity))
 
     def _proxy_stalls(
         self, f: Fault, mask: np.ndarray, duration_s: float, rng: np.random.Generator
@@ -145,10 +152,11 @@ class Effects:
 
     def port_state(
         self, ranks: np.ndarray, t: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """What the port counters of each rank's NIC show at reference time
-        ``t``: how many link outages (nic-down, link-flap; a proxy stall is
-        no port event) have begun, and whether one is going on."""
+        ``t``: how many link outages (nic-down, link-flap, port-flap; a proxy
+        stall is no port event) have begun, whether one is going on, and how
+        many port-flap retrains have completed (``link_recovered``)."""
         downs = np.zeros(ranks.shape, dtype=np.int64)
         down_now = np.zeros(ranks.shape, dtype=bool)
         for w in self.pauses:
@@ -157,7 +165,10 @@ class Effects:
             on = w.mask[ranks] & (t >= w.t0_s)
             downs += on
             down_now |= on & (t < w.t1_s)
-        return downs, down_now
+        recovered = np.zeros(ranks.shape, dtype=np.int64)
+        for w in self.retrains:
+            recovered += w.mask[ranks] & (t >= w.t1_s)
+        return downs, down_now, recovered
 
     def compute_mult(self, ranks: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Multiplier (>= 1) on compute time."""

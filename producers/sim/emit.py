@@ -42,9 +42,11 @@ from mycroft.schemas.records import (
     StateBatch,
 )
 
-PortState = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-"""``(ranks, reference times) -> (link outages begun, outage going on)`` of
-each rank's NIC port (``Effects.port_state``)."""
+PortState = Callable[
+    [np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]
+]
+"""``(ranks, reference times) -> (link outages begun, outage going on,
+retrains recovered)`` of each rank's NIC port (``Effects.port_state``)."""
 
 
 @dataclass
@@ -295,14 +297,18 @@ class Emitter:
         base = noise.port_counters_base
         gpn = self.cfg.hardware.gpus_per_nic
         first = np.flatnonzero(lay.local_of % gpn == 0)  # one rank per NIC
-        downs, down_now = self.port_state(first, t_h[lay.host_of[first]])
+        downs, down_now, recovered = self.port_state(first, t_h[lay.host_of[first]])
         out: list[list[NicPort]] = [[] for _ in range(lay.nhosts)]
-        for r, n, down in zip(
-            first.tolist(), downs.tolist(), down_now.tolist(), strict=True
+        for r, n, down, rec in zip(
+            first.tolist(),
+            downs.tolist(),
+            down_now.tolist(),
+            recovered.tolist(),
+            strict=True,
         ):
             nic = nic_name(int(lay.local_of[r]) // gpn)
             out[int(lay.host_of[r])].append(
-                NicPort(nic, 1, not down, min(n + base, 255), 0)
+                NicPort(nic, 1, not down, min(n + base, 255), min(rec, 255))
             )
         nics = self.cfg.hardware.gpus_per_host // gpn
         for ports in out:

@@ -42,12 +42,14 @@ FAULTS: dict[str, FaultInfo] = {
     "link-flap": FaultInfo("nic", "slowdown", scope="nic"),
     "switch-congestion": FaultInfo("network", "slowdown", (0.5, 0.7), "switch"),
     "gpu-hang": FaultInfo("gpu", "hang"),
+    "port-flap": FaultInfo("nic", "slowdown", (0.05, 0.15), "nic"),
 }
 """Fault name -> expected component and kind (issue 3's table)."""
 
 COMMON_KEYS = ("rank", "peer", "host", "at", "duration", "severity")
 EXTRA_KEYS: dict[str, tuple[str, ...]] = {
     "link-flap": ("period", "down"),
+    "port-flap": ("period", "down"),
     "proxy-delay": ("stall", "every"),
     "switch-congestion": ("count",),
     "net-background-traffic": ("count",),
@@ -57,6 +59,7 @@ NETWORK_FAULTS = frozenset(
         "nic-down",
         "nic-bandwidth",
         "link-flap",
+        "port-flap",
         "net-background-traffic",
         "switch-congestion",
         "proxy-delay",
@@ -179,6 +182,9 @@ def _ranks(
 
 def _extra(spec: FaultSpec) -> tuple[tuple[str, float], ...]:
     defaults = {"period": 1.0, "down": 0.25, "stall": 1.0, "every": 3.0, "count": 0.0}
+    if spec.name == "port-flap":
+        # A marginal link retrains in milliseconds, about twice a second.
+        defaults |= {"period": 0.5, "down": 0.003}
     keys = EXTRA_KEYS.get(spec.name, ())
     return tuple((k, _number(spec, k, defaults[k])) for k in keys)
 

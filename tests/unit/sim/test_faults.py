@@ -53,7 +53,7 @@ def _hung(tr: Trace) -> None:
 
 
 def test_every_fault_in_the_table_is_known() -> None:
-    assert len(FAULTS) == 13
+    assert len(FAULTS) == 14
 
 
 def test_healthy_control_has_no_fault_signatures() -> None:
