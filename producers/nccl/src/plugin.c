@@ -50,6 +50,7 @@ typedef struct myc_op {
   _Atomic int64_t start_ns, end_ns;
   uint8_t kind, algo, proto, dtype;
   int nchannels, nflows_done, p2p_dir, p2p_peer;
+  int quiet_children; /* tick thread: children count when first seen complete, -1: not yet */
 } myc_op_t;
 
 typedef struct myc_flow {
@@ -193,6 +194,7 @@ static void setup_once(void) {
 }
 
 static void *tick_main(void *arg);
+static void write_comm(uint64_t comm, int nranks, int rank, int nch, const char *name);
 
 static void start_tick(void) {
   if (g.tick_ms > 0 && pthread_create(&g.tick_thread, NULL, tick_main, NULL) != 0) g.tick_ms = 0;
@@ -223,6 +225,10 @@ static ncclResult_t init_common(void **ctx, int *mask, const char *name, uint64_
   c->rank = rank;
   c->nnodes = nnodes;
   if (name) snprintf(c->name, sizeof(c->name), "%s", name);
+  /* COMM at init (channels unknown until the first op, whose announcement repeats it) */
+  pthread_mutex_lock(&g.tick_lock);
+  write_comm(hash, nranks, rank, 0, c->name);
+  pthread_mutex_unlock(&g.tick_lock);
   pthread_once(&tick_once, start_tick);
   *mask = MYC_EV_COLL | MYC_EV_P2P | MYC_EV_PROXY_OP | MYC_EV_PROXY_STEP | MYC_EV_KERNEL_CH;
   *ctx = c;
@@ -332,6 +338,7 @@ static void start_op(myc_comm_t *c, void **h, const myc_descr_t *d, int is_p2p) 
   atomic_store_explicit(&op->children, 0, memory_order_relaxed);
   op->issued_written = 0;
   op->nflows_done = 0;
+  op->quiet_children = -1;
   atomic_store_explicit(&op->state, LIVE, memory_order_release);
 }
 
@@ -588,7 +595,7 @@ static void write_flow_done(myc_flow_t *f, int done, int64_t t) {
 static void announce_op(myc_op_t *op) {
   myc_comm_t *c = op->comm;
   if (op->p2p_peer < 0) {
-    if (!atomic_exchange(&c->announced, 1)) write_comm(c->hash, c->nranks, c->rank, op->nchannels, c->name);
+    if (!atomic_exchange(&c->announced, 1)) write_comm(c->hash, c->nranks, c->rank, op->nchannels, NULL);
   } else if (op->p2p_peer < MYC_P2P_PEERS && !atomic_exchange(&c->p2p_announced[op->p2p_dir][op->p2p_peer], 1)) {
     write_comm(op->ring_comm, 2, op->p2p_dir == 0 ? 0 : 1, op->nchannels, NULL);
   }
@@ -619,7 +626,7 @@ static void write_beat(int64_t t) {
   myc_ring_commit(&g.ring, b);
 }
 
-static void tick(int force_beat) {
+static void tick(int force) {
   int64_t t = now_ns();
   for (int i = 0; i < g.nops; i++) {
     myc_op_t *op = &g.ops[i];
@@ -656,7 +663,18 @@ static void tick(int force_beat) {
   for (int i = 0; i < g.nops; i++) {
     myc_op_t *op = &g.ops[i];
     if (atomic_load_explicit(&op->state, memory_order_acquire) != LIVE) continue;
-    if (!atomic_load(&op->enqueued) || atomic_load(&op->children) == 0 || atomic_load(&op->refs) != 0) continue;
+    int children = atomic_load(&op->children);
+    if (!atomic_load(&op->enqueued) || children == 0 || atomic_load(&op->refs) != 0) {
+      op->quiet_children = -1;
+      continue;
+    }
+    /* Coll/P2p stop means enqueued, and NCCL starts an op's ProxyOps per channel as the proxy
+     * reaches them: a timed tick waits one more tick with no new child before calling the op
+     * done, so a channel whose ProxyOp starts a little later is not cut off. */
+    if (!force && op->quiet_children != children) {
+      op->quiet_children = children;
+      continue;
+    }
     uint8_t b[64] = {0};
     int64_t end = atomic_load(&op->end_ns);
     b[8] = MYC_KIND_OP_DONE;
@@ -668,7 +686,7 @@ static void tick(int force_beat) {
     myc_ring_commit(&g.ring, b);
     atomic_store_explicit(&op->state, FREE, memory_order_release);
   }
-  if (force_beat || t - g.last_beat_ns >= 1000000000LL) {
+  if (force || t - g.last_beat_ns >= 1000000000LL) {
     write_beat(t);
     g.last_beat_ns = t;
   }
@@ -691,6 +709,14 @@ __attribute__((visibility("default"))) void mycroftNcclFlush(void) {
   if (!g.ok) return;
   pthread_mutex_lock(&g.tick_lock);
   tick(1);
+  pthread_mutex_unlock(&g.tick_lock);
+}
+
+/* One timed tick, as the tick thread runs it (the test harness's "tick" line). */
+__attribute__((visibility("default"))) void mycroftNcclTick(void) {
+  if (!g.ok) return;
+  pthread_mutex_lock(&g.tick_lock);
+  tick(0);
   pthread_mutex_unlock(&g.tick_lock);
 }
 

@@ -3,6 +3,10 @@
  *
  *   fake_nccl PLUGIN.so ABI < script        (ABI: 4, 5 or 6)
  *   fake_nccl PLUGIN.so ABI --bench N       per-callback cost of a send step, in ns (JSON)
+ *   fake_nccl PLUGIN.so ABI --stress T OPS STEPS
+ *       T threads, each a communicator (hash 0x5000+t, rank t) driven by its own proxy
+ *       thread: OPS AllReduces (seq 0..), each with a send and a recv ProxyOp on 2 channels
+ *       of STEPS steps, with the plugin's tick thread running; then finalize.
  *
  * Script lines (ids name handles; NCCL's own order and nesting is the script's job):
  *   init CID HASH NRANKS RANK NNODES NAME
@@ -13,11 +17,12 @@
  *   kch ID PARENT CHANNEL
  *   state ID STATE TRANSSIZE
  *   stop ID
- *   flush | fin CID
+ *   flush | tick | fin CID       (flush: write everything now; tick: one timed tick)
  * A start whose handle came back NULL leaves ID null; events on a null ID are not sent,
  * as NCCL skips the children of an event the plugin ignored. */
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +146,83 @@ static int bench(long n) {
   return 0;
 }
 
+typedef struct {
+  int t, ops, steps;
+} stress_arg_t;
+
+static void *stress_thread(void *p) {
+  stress_arg_t *a = p;
+  void *ctx = NULL;
+  char name[32];
+  snprintf(name, sizeof(name), "stress%d", a->t);
+  if (do_init(&ctx, 0x5000 + (uint64_t)a->t, 64, a->t, 8, name) != ncclSuccess) return NULL;
+  for (int i = 0; i < a->ops; i++) {
+    ncclProfilerEventDescr_v6_t d;
+    void *op = NULL, *flows[4] = {0}, *st;
+    memset(&d, 0, sizeof(d));
+    d.type = MYC_EV_COLL;
+    d.coll.seqNumber = (uint64_t)i;
+    d.coll.func = "AllReduce";
+    d.coll.datatype = "ncclFloat32";
+    d.coll.count = 1024;
+    d.coll.algo = "RING";
+    d.coll.proto = "SIMPLE";
+    d.coll.nChannels = 2;
+    do_start(ctx, &op, &d);
+    if (!op) continue;
+    for (int f = 0; f < 4; f++) {
+      memset(&d, 0, sizeof(d));
+      d.type = MYC_EV_PROXY_OP;
+      d.parentObj = op;
+      d.proxyOp.pid = getpid();
+      d.proxyOp.channelId = (uint8_t)(f / 2);
+      d.proxyOp.peer = (a->t + 1 + f % 2) % 64;
+      d.proxyOp.nSteps = a->steps;
+      d.proxyOp.isSend = f % 2 == 0;
+      do_start(ctx, &flows[f], &d);
+    }
+    do_stop(op); /* enqueued */
+    for (int k = 0; k < a->steps; k++) {
+      for (int f = 0; f < 4; f++) {
+        if (!flows[f]) continue;
+        memset(&d, 0, sizeof(d));
+        d.type = MYC_EV_PROXY_STEP;
+        d.parentObj = flows[f];
+        d.proxyStep.step = k;
+        do_start(ctx, &st, &d);
+        if (f % 2 == 0) {
+          do_state(st, MYC_ST_SEND_GPU_WAIT, 0);
+          do_state(st, MYC_ST_SEND_PEER_WAIT, 0);
+          do_state(st, MYC_ST_SEND_WAIT, 1000);
+        } else {
+          do_state(st, MYC_ST_RECV_WAIT, 0);
+          do_state(st, MYC_ST_RECV_FLUSH_WAIT, 1000);
+          do_state(st, MYC_ST_RECV_GPU_WAIT, 0);
+        }
+        do_stop(st);
+      }
+    }
+    for (int f = 0; f < 4; f++)
+      if (flows[f]) do_stop(flows[f]);
+  }
+  return ctx;
+}
+
+static int stress(int threads, int ops, int steps) {
+  pthread_t th[64];
+  stress_arg_t args[64];
+  void *ctx[64] = {0};
+  if (threads < 1 || threads > 64) return 2;
+  for (int t = 0; t < threads; t++) {
+    args[t] = (stress_arg_t){t, ops, steps};
+    pthread_create(&th[t], NULL, stress_thread, &args[t]);
+  }
+  for (int t = 0; t < threads; t++) pthread_join(th[t], &ctx[t]);
+  for (int t = 0; t < threads; t++)
+    if (ctx[t]) abi == 6 ? t6->finalize(ctx[t]) : abi == 5 ? t5->finalize(ctx[t]) : t4->finalize(ctx[t]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: fake_nccl PLUGIN.so {4|5|6} [--bench N] < script\n");
@@ -160,7 +242,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   void (*flush)(void) = (void (*)(void))dlsym(lib, "mycroftNcclFlush");
+  void (*tick)(void) = (void (*)(void))dlsym(lib, "mycroftNcclTick");
   if (argc >= 5 && strcmp(argv[3], "--bench") == 0) return bench(atol(argv[4]));
+  if (argc >= 7 && strcmp(argv[3], "--stress") == 0) return stress(atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
   handles = calloc(MAXH, sizeof(void *));
   char line[512], w[16][128];
   long lineno = 0;
@@ -184,6 +268,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(w[0], "flush")) {
       if (flush) flush();
+      continue;
+    }
+    if (!strcmp(w[0], "tick")) {
+      if (tick) tick();
       continue;
     }
     if (!strcmp(w[0], "fin")) {

@@ -131,6 +131,10 @@ class Script:
         """Make the plugin write everything pending (one tick)."""
         self.lines.append("flush")
 
+    def tick(self) -> None:
+        """One timed tick, as the plugin's tick thread runs it."""
+        self.lines.append("tick")
+
     def send_step(  # noqa: PLR0917 - a step's stages and its stale sizes
         self,
         flow: int,
@@ -195,12 +199,13 @@ class Run:
 
 
 def run(
-    script: Script,
+    script: Script | None,
     tmp: Path,
     abi: int = 6,
     env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
 ) -> Run:
-    """Run ``script`` through ``fake_nccl`` against the plugin; read the ring back."""
+    """Run ``script`` (or harness mode ``args``) against the plugin; read the ring."""
     build_dir = build()
     ring_dir = tmp / f"ring-{abi}-{len(list(tmp.iterdir()))}"
     full = {
@@ -213,8 +218,9 @@ def run(
             str(build_dir / "fake_nccl"),
             str(build_dir / "libnccl-profiler-mycroft.so"),
             str(abi),
+            *args,
         ],
-        input=script.text(),
+        input=script.text() if script else "",
         capture_output=True,
         text=True,
         env=full,

@@ -200,9 +200,11 @@ def test_op_issued_and_comm_records(tmp_path: Path) -> None:
     r = run(s, tmp_path, env={"RANK": "13", "LOCAL_RANK": "5"})
     assert r.header is not None
     assert (r.header.rank, r.header.local_rank, r.header.version) == (13, 5, 3)
-    c = _one(r.of(Comm))
-    assert isinstance(c, Comm)
-    assert (c.comm, c.nranks, c.comm_rank, c.nchannels) == (HASH, 4, 1, 2)
+    at_init, at_first_op = r.of(Comm)  # channels are known from the first op
+    assert r.records[0] == at_init
+    assert (at_init.comm, at_init.nranks, at_init.comm_rank) == (HASH, 4, 1)
+    assert (at_init.nchannels, at_first_op.nchannels) == (0, 2)
+    assert at_first_op == Comm(at_first_op.ts_ns, HASH, 4, 1, 2, -1)
     n = _one(r.of(CommName))
     assert isinstance(n, CommName) and n.text == "world"
     i = _one(r.of(OpIssued))
@@ -245,6 +247,29 @@ def test_op_done_waits_for_enqueue_and_every_flow(tmp_path: Path) -> None:
     end = _one(r.of(OpDone))
     assert isinstance(end, OpDone) and end.nflows == 2
     assert r.records.index(end) > max(r.records.index(x) for x in r.of(FlowDone))
+
+
+def test_a_late_channel_is_not_cut_off(tmp_path: Path) -> None:
+    """NCCL stops Coll at enqueue; a channel's ProxyOp may start after another ended."""
+    s = Script()
+    _world(s)
+    op = s.coll(0, seq=8, count=1024, nch=2)
+    s.stop(op)
+    a = s.proxyop(op, channel=0, peer=1, nsteps=1, send=True)
+    s.send_step(a, 0)
+    s.stop(a)
+    s.tick()  # channel 0 retired; the op looks complete for the first time
+    b = s.proxyop(op, channel=1, peer=1, nsteps=1, send=True)
+    s.send_step(b, 0)
+    s.stop(b)
+    s.tick()
+    s.tick()  # two quiet ticks: done
+    s.lines.append("fin 0")
+    r = run(s, tmp_path)
+    end = _one(r.of(OpDone))
+    assert end.nflows == 2
+    assert {f.channel for f in r.of(FlowDone)} == {0, 1}
+    assert r.of(Beat)[-1].dropped_flows == 0
 
 
 def test_kernel_channels_time_an_intra_node_op(tmp_path: Path) -> None:
@@ -405,7 +430,7 @@ def test_p2p_uses_a_two_member_virtual_communicator(tmp_path: Path) -> None:
         s.stop(op)
     s.flush()
     r = run(s, tmp_path)
-    comms = r.of(Comm)
+    comms = [c for c in r.of(Comm) if c.comm != HASH]
     assert sorted((c.nranks, c.comm_rank) for c in comms) == [(2, 0), (2, 1)]
     issued = r.of(OpIssued)
     kinds = {vocab.OP_NAMES[i.kind] for i in issued}
