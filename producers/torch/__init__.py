@@ -15,7 +15,9 @@ Settings (read only by :func:`install_from_env`, never at import):
 ``MYCROFT_RING_DIR`` (default ``/dev/shm/mycroft``, what ``mycroft agent
 --ring-dir`` reads), ``MYCROFT_TORCH_RING_SLOTS`` (65536),
 ``MYCROFT_TORCH_BEAT_S`` (0.1), ``MYCROFT_TORCH_KEEP_RING=1`` (leave the ring
-file at a clean exit).
+file at a clean exit), ``MYCROFT_TORCH_FR=0`` (do not poll the Flight
+Recorder), ``MYCROFT_TORCH_FR_POLL_S`` (0.5). ``TORCH_FR_BUFFER_SIZE`` is set
+to 256 when unset and torch is not imported yet.
 """
 
 from __future__ import annotations
@@ -27,38 +29,56 @@ import importlib.machinery
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from mycroft.producers.torch.frlive import (
+    DEFAULT_FR_ENTRIES,
+    DEFAULT_FULL_PERIOD_S,
+    FrConfig,
+)
 from mycroft.producers.torch.tracer import DEFAULT_RING_DIR, Tracer
 
 log = logging.getLogger(__name__)
 ENV_FLAG = "MYCROFT_TORCH_TRACE"
+FR_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
+TORCH_FR_DEFAULT_ENTRIES = 2000
+"""torch's Flight Recorder ring size when ``TORCH_FR_BUFFER_SIZE`` is unset."""
 _state: dict[str, Any] = {}
 
 
-def install(
+def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
     ring_dir: Path | str | None = None,
     nslots: int = 1 << 16,
     beat_s: float = 0.1,
     keep_ring: bool = False,
+    *,
+    flight_recorder: bool = True,
+    fr_poll_s: float = DEFAULT_FULL_PERIOD_S,
 ) -> Tracer:
     """Wrap the ``torch.distributed`` ops of this process; return the tracer.
 
     Idempotent: a second call returns the running tracer. The ring file is
     created at ``init_process_group`` (or now, if it already ran) in
-    ``ring_dir`` (default ``/dev/shm/mycroft``).
+    ``ring_dir`` (default ``/dev/shm/mycroft``). With ``flight_recorder``
+    the Flight Recorder's live buffer is polled on every beat, so that ops
+    issued from C++ (DDP) are recorded too (``frlive``); ``fr_poll_s`` is
+    the longest wait between two reads of its entries.
     """
     running = _state.get("tracer")
     if isinstance(running, Tracer):
         return running
     from mycroft.producers.torch.patch import Patcher  # noqa: PLC0415 - torch
 
+    fr = None
+    if flight_recorder:
+        loaded = "torch.distributed" in sys.modules
+        fr = FrConfig(fr_capacity(os.environ, loaded), fr_poll_s)
     dist = importlib.import_module("torch.distributed")
     tracer = Tracer(ring_dir or DEFAULT_RING_DIR, nslots, beat_s, not keep_ring)
-    patcher = Patcher(tracer, dist)
+    patcher = Patcher(tracer, dist, fr)
     patcher.install()
     _state.update(tracer=tracer, patcher=patcher)
     atexit.register(uninstall)
@@ -68,18 +88,24 @@ def install(
 def pause() -> None:
     """Put the original ops back for a while; the ring and the beat stay.
 
-    Ops called while paused are not recorded (their op numbers are not
-    taken either, so all ranks of a group must pause at the same point).
+    Ops called while paused are not recorded, nor polled from the Flight
+    Recorder. Without the Flight Recorder their op numbers are not taken
+    either, so all ranks of a group must pause at the same point; with it,
+    numbers are torch's and the paused ops leave a gap.
     """
     patcher = _state.get("patcher")
     if patcher is not None:
         patcher.uninstall()
+        if patcher.poller is not None:
+            patcher.poller.pause()
 
 
 def resume() -> None:
     """Wrap the ops again after :func:`pause` (no-op when not installed)."""
     patcher = _state.get("patcher")
     if patcher is not None:
+        if patcher.poller is not None and patcher.poller.paused:
+            patcher.poller.resume()
         patcher.install()
 
 
@@ -93,6 +119,27 @@ def uninstall() -> None:
         tracer.close()
 
 
+def fr_capacity(env: MutableMapping[str, str], torch_loaded: bool) -> int:
+    """The Flight Recorder's ring size in entries; asks for ours if unset.
+
+    ``TORCH_FR_BUFFER_SIZE`` (``TORCH_NCCL_TRACE_BUFFER_SIZE`` before 2.8)
+    wins when set. Unset, it is set to :data:`DEFAULT_FR_ENTRIES` while
+    ``torch.distributed`` is not imported yet (the recorder reads it once);
+    later, torch's own default (2000) is in force.
+    """
+    for name in (FR_SIZE_ENV, "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        raw = env.get(name, "").strip()
+        if raw:
+            try:
+                return max(0, int(raw))
+            except ValueError:
+                return 0  # torch would not parse it either
+    if torch_loaded:
+        return TORCH_FR_DEFAULT_ENTRIES
+    env[FR_SIZE_ENV] = str(DEFAULT_FR_ENTRIES)
+    return DEFAULT_FR_ENTRIES
+
+
 def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """``install`` keyword arguments from ``MYCROFT_*`` variables.
 
@@ -103,6 +150,7 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     for key, name, typ in (
         ("nslots", "MYCROFT_TORCH_RING_SLOTS", int),
         ("beat_s", "MYCROFT_TORCH_BEAT_S", float),
+        ("fr_poll_s", "MYCROFT_TORCH_FR_POLL_S", float),
     ):
         raw = env.get(name, "").strip()
         if raw:
@@ -111,6 +159,8 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
             except ValueError:
                 raise ValueError(f"{name}={raw!r} is not a {typ.__name__}") from None
     out["keep_ring"] = env.get("MYCROFT_TORCH_KEEP_RING", "") not in ("", "0")
+    if env.get("MYCROFT_TORCH_FR", "1").strip() == "0":
+        out["flight_recorder"] = False
     return out
 
 

@@ -16,12 +16,15 @@ Point-to-point ops count on a virtual two-member communicator per
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from mycroft.producers.ring_layout import DTYPES
+from mycroft.producers.torch.frlive import FrConfig, FrPoller, recorder_dumps
 from mycroft.producers.torch.tracer import CommRef, Tracer, comm_hash, p2p_hash
 from mycroft.schemas.vocab import OP_NAMES
 
@@ -49,6 +52,16 @@ P2P: dict[str, tuple[str, str, bool]] = {
     "irecv": ("recv", "src", True),
 }
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
+
+
+class _Inside(threading.local):
+    """Set while a traced op runs on this thread: ops it calls inside
+    (``recv`` is ``irecv`` + ``wait`` in torch 2.13) are not recorded twice."""
+
+    depth = 0
+
+
+_inside = _Inside()
 
 
 def _nbytes_dtype(obj: Any) -> tuple[int, int]:
@@ -119,11 +132,14 @@ class TracedWork:
 class Patcher:
     """Installs and removes the wrappers on ``torch.distributed``."""
 
-    def __init__(self, tracer: Tracer, dist: Any) -> None:
+    def __init__(self, tracer: Tracer, dist: Any, fr: FrConfig | None = None) -> None:
         self.tracer, self.dist = tracer, dist
         self.c10d = dist.distributed_c10d
+        self.fr = fr if fr is not None and fr.capacity > 0 else None
+        self.poller: FrPoller | None = None
         self.originals: dict[str, Any] = {}
         self._groups: dict[int, tuple[Any, CommRef]] = {}
+        self._by_name: dict[str, CommRef] = {}
         self._p2p: dict[tuple[int, int, int], CommRef] = {}
 
     # -- groups --------------------------------------------------------------
@@ -134,8 +150,34 @@ class Patcher:
         if not self.dist.is_initialized():
             return False
         self.tracer.open(int(self.dist.get_rank()), _local_rank())
+        if self.fr is not None:
+            self._start_poller(self.fr)
         self.group_ref(None)
         return True
+
+    def _start_poller(self, fr: FrConfig) -> None:
+        default = self.c10d._get_default_group()
+        nccl = "nccl" in str(self.dist.get_backend(default)).lower()
+        c_c10d = importlib.import_module("torch._C._distributed_c10d")
+        dumps = recorder_dumps(c_c10d, nccl)
+        if not dumps:
+            return
+        poller = FrPoller(
+            self.tracer, dumps, self.ref_by_name, fr.capacity, fr.full_period_s
+        )
+        self.poller = poller
+        self.tracer.dropped_ops = lambda: poller.stats.lost
+        self.tracer.on_tick = poller.poll
+
+    def ref_by_name(self, name: str) -> CommRef | None:
+        """The communicator of the group torch names ``name`` (None: unknown)."""
+        hit = self._by_name.get(name)
+        if hit is not None:
+            return hit
+        for pg, pg_name in list(self.c10d._world.pg_names.items()):
+            if str(pg_name) == name:
+                return self.group_ref(pg)
+        return None
 
     def group_ref(self, group: Any) -> CommRef | None:
         """The communicator of ``group`` (None: default); None if not a member."""
@@ -146,13 +188,21 @@ class Patcher:
         pg = group if group is not None else self.c10d._get_default_group()
         if pg is None or pg is self.c10d.GroupMember.NON_GROUP_MEMBER:
             return None
-        ranks = tuple(int(r) for r in self.dist.get_process_group_ranks(pg))
         name = str(getattr(pg, "group_name", "") or "0")
+        ref = self._by_name.get(name)
+        if ref is not None:
+            self._groups[key] = (group, ref)
+            return ref
+        ranks = tuple(int(r) for r in self.dist.get_process_group_ranks(pg))
         desc = str(getattr(pg, "group_desc", "") or "")
         default = pg is self.c10d._get_default_group()
         role = "world" if default else (desc if desc not in ("", "undefined") else "")
-        ref = CommRef(comm_hash(name), ranks, role or f"pg{name}")
+        ref = CommRef(comm_hash(name), ranks, role or f"pg{name}", pg=pg)
+        if self.poller is not None:
+            ref.backend_seq = pg._get_sequence_number_for_group
+            ref.counts_p2p = "gloo" in str(self.dist.get_backend(pg)).lower()
         self._groups[key] = (group, ref)
+        self._by_name[name] = ref
         me = int(self.dist.get_rank())
         if me in ranks:
             self.tracer.register(ref, ranks.index(me))
@@ -183,14 +233,25 @@ class Patcher:
 
         @functools.wraps(fn)
         def traced(*args: Any, **kwargs: Any) -> Any:
-            if not self.ensure_open():
+            if _inside.depth or not self.ensure_open():
                 return fn(*args, **kwargs)
+            _inside.depth = 1
+            try:
+                return record(*args, **kwargs)
+            finally:
+                _inside.depth = 0
+
+        def record(*args: Any, **kwargs: Any) -> Any:
             ref = self.group_ref(argi.get("group", args, kwargs))
             if ref is None:
                 return fn(*args, **kwargs)
-            seq = ref.seq
-            ref.seq = seq + 1
             nbytes, dtype = _nbytes_dtype(argi.get(input_param, args, kwargs))
+            if ref.backend_seq is None:
+                seq = ref.seq
+            else:
+                seq = ref.next_seq()
+                ref.wrapped[seq] = nbytes  # before the backend: the poller skips it
+            ref.seq += 1
             t0 = time.time_ns()
             tracer.issued(t0, ref.comm, seq, nbytes, kind, dtype)
             work = fn(*args, **kwargs)
@@ -209,8 +270,20 @@ class Patcher:
 
         @functools.wraps(fn)
         def traced(*args: Any, **kwargs: Any) -> Any:
+            if _inside.depth or not self.ensure_open():
+                return fn(*args, **kwargs)
+            _inside.depth = 1
+            try:
+                return record(*args, **kwargs)
+            finally:
+                _inside.depth = 0
+
+        def record(*args: Any, **kwargs: Any) -> Any:
+            base = self.group_ref(argi.get("group", args, kwargs))
+            if base is not None and base.counts_p2p:
+                base.p2p_calls += 1  # gloo numbers p2p ops with collectives
             peer = argi.get(peer_param, args, kwargs)
-            if peer is None or not self.ensure_open():
+            if peer is None:
                 return fn(*args, **kwargs)
             me = tracer.rank
             src, dst = (me, int(peer)) if sending else (int(peer), me)

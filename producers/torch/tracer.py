@@ -16,8 +16,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mycroft.producers.ring import DEFAULT_NSLOTS, RingWriter
 from mycroft.producers.ring_layout import (
@@ -52,13 +54,52 @@ def p2p_hash(group_name: str, src: int, dst: int) -> int:
 
 @dataclass
 class CommRef:
-    """One communicator as this rank sees it: id, members, next op number."""
+    """One communicator as this rank sees it: id, members, next op number.
+
+    ``seq`` counts the ops the wrappers took. With the Flight Recorder polled,
+    a collective's number is instead the backend's (``collective_seq_id - 1``,
+    see :meth:`next_seq`); ``wrapped`` maps the numbers already written to
+    their bytes and ``known`` counts the leading numbers written (so
+    ``wrapped`` stays small).
+    """
 
     comm: int
     ranks: tuple[int, ...]
     name: str
     seq: int = 0
     written: bool = False
+    pg: Any = None
+    p2p_calls: int = 0
+    counts_p2p: bool = False
+    wrapped: dict[int, int] = field(default_factory=dict)
+    known: int = 0
+    backend_seq: Callable[[], int] | None = None
+
+    def next_seq(self) -> int:
+        """The number of the collective about to be issued on this group.
+
+        The backend's count of ops issued so far, less the point-to-point
+        ones where it counts those too (gloo), else the wrappers' own count.
+        """
+        if self.backend_seq is None:
+            return self.seq
+        return int(self.backend_seq()) - self.p2p_calls
+
+    def advance(self) -> None:
+        """Move ``known`` past the leading numbers already written."""
+        wrapped = self.wrapped
+        while self.known in wrapped:
+            del wrapped[self.known]
+            self.known += 1
+        if len(wrapped) > 4096:  # numbers never filled in (lost): forget them
+            self.skip_to(max(wrapped) + 1)
+
+    def skip_to(self, seq: int) -> None:
+        """Give up on the numbers below ``seq`` not written yet (lost)."""
+        if seq > self.known:
+            self.known = seq
+            self.wrapped = {s: n for s, n in self.wrapped.items() if s >= seq}
+            self.advance()
 
 
 @dataclass
@@ -101,6 +142,10 @@ class Tracer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self.on_tick: Callable[[], None] | None = None
+        """Called from the beat thread every tick (the Flight Recorder poll)."""
+        self.dropped_ops: Callable[[], int] = lambda: 0
+        """Ops known to be missing from the ring (reported in every BEAT)."""
 
     def open(self, rank: int, local_rank: int = -1) -> None:
         """Create this process's ring and start the beat thread (idempotent)."""
@@ -157,11 +202,16 @@ class Tracer:
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.beat_s):
+            tick = self.on_tick
+            if tick is not None:
+                tick()
+            lost = self.dropped_ops()
+            beat = Beat(time.time_ns(), self.stats.issued, dropped_ops=lost)
             with self._lock:
                 ring = self.ring
                 if ring is None:
                     return
-                ring.write(Beat(time.time_ns(), self.stats.issued))
+                ring.write(beat)
             self.stats.beats += 1
 
     def close(self) -> None:
