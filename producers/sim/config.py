@@ -147,6 +147,12 @@ class Workload:
             raise ConfigError("message sizes must be >= 1 byte")
 
 
+ORDERS = ("tp-dp-pp", "tp-pp-dp")
+"""Rank orders, innermost first: Megatron's default ``tp-dp-pp`` puts a
+pipeline's stages on different hosts; ``tp-pp-dp`` puts a whole pipeline
+inside a host when ``tp * pp`` GPUs fit (its transfers go over NVLink)."""
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """A simulated job. Ranks are ``tp * pp * dp``; TP lives inside a host."""
@@ -162,6 +168,7 @@ class SimConfig:
     hardware: Hardware = field(default_factory=Hardware)
     workload: Workload = field(default_factory=Workload)
     noise: Noise = field(default_factory=Noise)
+    order: str = "tp-dp-pp"
 
     @property
     def ranks(self) -> int:
@@ -186,6 +193,10 @@ class SimConfig:
         self.noise.validate()
         if min(self.tp, self.pp, self.dp) < 1:
             raise ConfigError("--tp, --pp and --dp must all be >= 1")
+        if self.order not in ORDERS:
+            raise ConfigError(
+                f"order={self.order!r} is not one of {', '.join(ORDERS)}"
+            )
         gph = self.hardware.gpus_per_host
         if self.tp > gph or gph % self.tp:
             raise ConfigError(

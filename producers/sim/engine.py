@@ -73,6 +73,8 @@ class SimResult:
         out: dict[str, Any] = {}
         if self.drift_ppm:
             out["clock_drift_ppm"] = list(self.drift_ppm)
+        if self.config.order != "tp-dp-pp":
+            out["order"] = self.config.order
         if self.noise_events:
             out["noise_events"] = [
                 {"kind": k, "rank": r, "start_s": a, "end_s": b}

@@ -1,6 +1,7 @@
 """Rank mapping, communicators and the rank x communicator slot table.
 
-Megatron order, TP innermost, then DP, then PP::
+Megatron order, TP innermost, then DP, then PP (``SimConfig.order``
+``tp-dp-pp``; ``tp-pp-dp`` swaps DP and PP, ``rank = t + tp * (p + pp * d)``)::
 
     rank = t + tp * (d + dp * p)        host = rank // gpus_per_host
 
@@ -109,6 +110,8 @@ def build_layout(cfg: SimConfig) -> Layout:
     hw = cfg.hardware
     n = cfg.ranks
     grid = np.arange(n).reshape(cfg.pp, cfg.dp, cfg.tp)
+    if cfg.order == "tp-pp-dp":
+        grid = np.arange(n).reshape(cfg.dp, cfg.pp, cfg.tp).transpose(1, 0, 2)
     ranks = np.arange(n)
     tp = _group(cfg, "tp", grid.reshape(-1, cfg.tp))
     dp = _group(cfg, "dp", grid.transpose(0, 2, 1).reshape(-1, cfg.dp))
