@@ -3,13 +3,23 @@
 Each subcommand lives in the module that owns it and exposes
 ``main(argv) -> int``; this module only dispatches, so ``mycroft agent`` never
 imports faust, scipy or networkx.
+
+Every failure a subcommand lets escape goes through one path
+(:mod:`mycroft.cli_errors`): one or two lines on stderr saying what is wrong
+and what to do, and the exit code of its class; ``--debug`` (anywhere on the
+line, or ``MYCROFT_DEBUG=1``) adds the traceback. Commands that need Kafka or
+OpenSearch are first checked to reach them (:mod:`mycroft.cli_preflight`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+
+from mycroft.cli_errors import ExitCode, Failure, explain
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("mycroft.infra.kafka_broker", "fetch, start, stop a local Kafka broker"),
@@ -23,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "print the built NCCL profiler plugin's path",
     ),
     "analyze": ("mycroft.streams.analyze", "find anomalies and root causes in traces"),
+    "incidents": ("mycroft.incidents", "list, show and follow incidents from Kafka"),
     "streams": ("mycroft.streams.app", "run the Faust stream workers"),
     "sinks": ("mycroft.sinks.service", "forward anomalies and root causes to sinks"),
     "prometheus": ("mycroft.infra.prometheus", "start or stop a local Prometheus"),
@@ -31,22 +42,46 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: mycroft COMMAND [ARGS...]", "", "commands:"]
-    lines += [f"  {name:<10} {doc}" for name, (_, doc) in COMMANDS.items()]
-    lines += ["", "Run 'mycroft COMMAND --help' for the options of one command."]
+    lines = ["usage: mycroft [--debug] COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<11} {doc}" for name, (_, doc) in COMMANDS.items()]
+    lines += [
+        "",
+        "Run 'mycroft COMMAND --help' for the options of one command;",
+        "--debug prints the traceback of a failure. Exit codes: README, 'Exit codes'.",
+    ]
     return "\n".join(lines)
+
+
+def _report(failure: Failure, name: str) -> int:
+    print("\n".join(failure.lines(name)), file=sys.stderr)
+    return int(failure.code)
+
+
+def _run(name: str, rest: list[str]) -> int:
+    from mycroft.cli_preflight import preflight  # noqa: PLC0415
+
+    module = importlib.import_module(COMMANDS[name][0])
+    if (failure := preflight(name, rest)) is not None:
+        return _report(failure, name)
+    code: int = module.main(rest)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the subcommand's ``main``; return its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("MYCROFT_DEBUG", "") not in {"", "0"}
+    args = [a for a in args if a != "--debug"]
     if not args or args[0] in {"-h", "--help", "help"}:
         print(_usage())
-        return 0 if args else 2
+        return 0 if args else int(ExitCode.USAGE)
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"mycroft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    code: int = module.main(rest)
-    return code
+        return int(ExitCode.USAGE)
+    try:
+        return _run(name, rest)
+    except (Exception, KeyboardInterrupt) as exc:  # the one error path
+        if debug:
+            traceback.print_exc()
+        return _report(explain(exc, name, rest), name)

@@ -3,7 +3,8 @@
 1. starts a local Kafka broker (or uses ``--bootstrap``) and creates the topics;
 2. starts a Faust stream worker (``mycroft streams worker``);
 3. runs a simulated training job live into Kafka with one injected fault;
-4. prints anomalies and root causes as they arrive on their topics.
+4. prints anomalies and root causes as they arrive on their topics, through
+   the console of ``mycroft incidents follow``.
 
 The injected fault's label is read only here, after the fact, to print what
 was injected next to what Mycroft found; the pipeline never sees it.
@@ -24,8 +25,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from mycroft.errors import MycroftError
+from mycroft.incident_console import Console
+from mycroft.incident_text import culprit_text
 from mycroft.kafka_client import DecodingConsumer, create_topics
-from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.schemas.records import RootCause
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet
@@ -76,52 +79,29 @@ def _stop(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
             proc.wait(5)
 
 
-def _describe(record: Anomaly | RootCause, start_s: float) -> str:
-    if isinstance(record, Anomaly):
-        t = record.detected_ns / 1e9 - start_s
-        return f"  t={t:6.1f}s  anomaly   {record.kind.value:<9} {record.summary}"
-    t = record.resolved_ns / 1e9 - start_s
-    best = record.culprits[0] if record.culprits else None
-    head = f"  t={t:6.1f}s  ROOT CAUSE rev {record.revision}: {record.kind.value}"
-    if best is None:
-        return head + " (no culprit)"
-    flow = (
-        f" flow {best.rank}->{best.peer} ch{best.channel}"
-        if best.peer is not None and best.scope != "link"
-        else ""
-    )
-    lines = [
-        f"{head} -> {best.subject()}, component {best.component.value}"
-        f"{flow}, confidence {best.confidence:.2f}"
-    ]
-    lines += [f"               evidence: {e.fact}" for e in record.evidence[:4]]
-    return "\n".join(lines)
-
-
 def _watch(
     consumer: DecodingConsumer, sim: subprocess.Popen[str], start_s: float, out: IO[str]
 ) -> list[RootCause]:
-    found: list[RootCause] = []
-    anomalies = 0
+    """Print anomalies and root causes live until the simulation ended (+5 s)."""
+    console = Console(
+        out,
+        max_anomalies=MAX_ANOMALY_LINES,
+        stamp=lambda ns: f"t={ns / 1e9 - start_s:6.1f}s",
+    )
+    console.start()
     grace_end: float | None = None
     while grace_end is None or time.monotonic() < grace_end:
         for _, record in consumer.poll(timeout_s=0.5):
-            if isinstance(record, Anomaly):
-                anomalies += 1
-                if anomalies <= MAX_ANOMALY_LINES:
-                    print(_describe(record, start_s), file=out, flush=True)
-            elif isinstance(record, RootCause):
-                print(_describe(record, start_s), file=out, flush=True)
-                found.append(record)
+            console.show(record)
         if grace_end is None and sim.poll() is not None:
             grace_end = time.monotonic() + 5.0
-    if anomalies > MAX_ANOMALY_LINES:
+    if console.hidden_anomalies:
         print(
-            f"  ({anomalies - MAX_ANOMALY_LINES} more anomalies not shown: "
+            f"  ({console.hidden_anomalies} more anomalies not shown: "
             "one per affected communicator)",
             file=out,
         )
-    return found
+    return [inc.latest for inc in console.book.incidents.values()]
 
 
 def _summary(truth_path: Path, found: list[RootCause]) -> str:
@@ -135,12 +115,13 @@ def _summary(truth_path: Path, found: list[RootCause]) -> str:
     if not found:
         lines.append("Mycroft found no root cause.")
         return "\n".join(lines)
-    latest = {rc.incident_id: rc for rc in found}
     lines.append("Mycroft's root causes (latest revision of each incident):")
-    for rc in latest.values():
+    for rc in found:
+        if not rc.culprits:
+            continue
         best = rc.culprits[0]
         lines.append(
-            f"  {rc.kind.value}: {best.subject()}, component {best.component.value}"
+            f"  {rc.kind.value}: {culprit_text(best)}"
             f" (detected {rc.detection_latency_s:.1f}s after onset, "
             f"root cause {rc.rca_latency_s:.1f}s later)"
         )

@@ -15,6 +15,11 @@ class ConfigError(MycroftError, ValueError):
     """A setting, flag or argument is invalid; the message says which and why."""
 
 
+class InputError(MycroftError):
+    """A path, file or name given to a command cannot be used; the message says
+    which and what to do."""
+
+
 class SchemaError(MycroftError):
     """An Avro schema is missing, malformed or incompatible."""
 

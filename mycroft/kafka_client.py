@@ -252,6 +252,23 @@ class DecodingConsumer:
             out.append((msg, record))
         return out
 
+    def caught_up(self, timeout_s: float = 5.0) -> bool:
+        """Whether every assigned partition was read up to its end.
+
+        False until the group assigned partitions: a reader of a topic's
+        history polls until this is true, then stops.
+        """
+        assigned = self._consumer.assignment()
+        if not assigned:
+            return False
+        for tp in self._consumer.position(assigned):
+            low, high = self._consumer.get_watermark_offsets(
+                tp, timeout=timeout_s, cached=False
+            )
+            if high > max(tp.offset, low):
+                return False
+        return True
+
     def _dead_letter(self, msg: Message, err: DecodeError) -> None:
         log.warning("%s; sent to %s", err, self._dlq_topic)
         self.stats.dead_lettered += 1

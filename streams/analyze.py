@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mycroft.incident_text import anomaly_line, incident_lines
 from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.core.config import DetectorConfig
@@ -181,24 +182,10 @@ def to_json(
 
 def _print_human(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> None:
     for a in anomalies:
-        print(
-            f"[{a.detected_ns / 1e9:.3f}] {a.kind.value:<8} {a.detector}: {a.summary}"
-        )
+        print(anomaly_line(a))
     for rc in sorted(causes.values(), key=lambda c: c.detected_ns):
-        print(
-            f"\nincident {rc.incident_id} (rev {rc.revision}): {rc.kind.value}, "
-            f"detected {rc.detection_latency_s:.2f} s after onset"
-        )
-        for c in rc.culprits:
-            flow = ""
-            if c.peer is not None and c.scope != "link":
-                flow = f" flow {c.rank} -> {c.peer} ch{c.channel}"
-            print(
-                f"  {c.subject()}: {c.component.value}{flow} "
-                f"({c.confidence:.2f}) {c.reason}"
-            )
-        for e in rc.evidence[:8]:
-            print(f"    - {e.fact}")
+        print()
+        print("\n".join(incident_lines(rc)))
     if not anomalies:
         print("no anomalies")
 

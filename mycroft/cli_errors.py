@@ -1,0 +1,222 @@
+"""The ``mycroft`` command's one error path: exit codes and what a failure says.
+
+Every expected failure of a subcommand ends here: :func:`explain` turns the
+exception into one line saying what is wrong and, where there is one, a
+second line saying what to do, with the exit code of its class
+(:class:`ExitCode`, documented in the README). Connection failures name the
+address and the flag or environment variable that set it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from mycroft.errors import (
+    BrokerError,
+    ConfigError,
+    DecodeError,
+    InputError,
+    MycroftError,
+    SchemaError,
+    SinkError,
+)
+
+
+class ExitCode(IntEnum):
+    """Exit codes of every ``mycroft`` command."""
+
+    OK = 0
+    FAILED = 1  # it ran and failed; or an unexpected error (see --debug)
+    USAGE = 2  # unknown command, bad or missing flag, flags that do not combine
+    INPUT = 4  # a path missing or unusable, a file not what the command reads
+    UNAVAILABLE = 5  # Kafka, Prometheus or OpenSearch cannot be reached
+    MISSING_EXTRA = 6  # an optional dependency is not installed
+    INTERRUPTED = 130  # Ctrl-C
+
+
+EXTRAS = {
+    "faust": "streams",
+    "mode": "streams",
+    "aiokafka": "streams",
+    "cramjam": "streams",
+    "networkx": "streams",
+    "scipy": "streams",
+    "torch": "torch",
+    "matplotlib": "bench",
+    "pyinstrument": "bench",
+    "tabulate": "bench",
+    "testcontainers": "docker",
+    "docker": "docker",
+}
+"""Top-level module -> the extra of ``mycroft-trace`` that installs it."""
+
+BROKER_SETTINGS: dict[str, tuple[str, str | None]] = {
+    "simulate": ("--kafka", None),
+    "replay": ("--kafka", None),
+    "demo": ("--bootstrap", None),
+    "streams": ("--bootstrap", "MYCROFT_STREAMS__BOOTSTRAP"),
+}
+"""Command -> its Kafka flag and environment variable (others: ``--bootstrap``,
+``MYCROFT_BOOTSTRAP``)."""
+OPENSEARCH_FLAG = "--opensearch-url"
+LISTEN_FLAG = "--prometheus-listen"
+_DATA_ERRORS = (
+    gzip.BadGzipFile,
+    EOFError,
+    zlib.error,
+    UnicodeDecodeError,
+    json.JSONDecodeError,
+)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the command prints and returns."""
+
+    code: ExitCode
+    message: str
+    hint: str = ""
+
+    def lines(self, command: str) -> list[str]:
+        """``mycroft COMMAND: message`` and the hint, if any."""
+        head = (
+            f"mycroft {command}: {self.message}"
+            if command
+            else f"mycroft: {self.message}"
+        )
+        return [head] + ([f"  {self.hint}"] if self.hint else [])
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), last wins."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def broker_setting(command: str, argv: Sequence[str]) -> tuple[str | None, str]:
+    """``(address, what set it)`` of the Kafka ``command argv`` is pointed at."""
+    flag, env = BROKER_SETTINGS.get(command, ("--bootstrap", "MYCROFT_BOOTSTRAP"))
+    if (value := flag_value(argv, flag)) is not None:
+        return value, flag
+    if env and (value := os.environ.get(env)):
+        return value, env
+    return None, flag + (f" / {env}" if env else "")
+
+
+def _unreachable_kafka(
+    exc: BaseException, command: str, argv: Sequence[str]
+) -> Failure:
+    address, setting = broker_setting(command, argv)
+    where = f"Kafka at {address}" if address else "Kafka"
+    detail = str(exc) or type(exc).__name__
+    if address and address in detail:
+        detail = ""  # the message already names it
+    return Failure(
+        ExitCode.UNAVAILABLE,
+        f"cannot reach {where}" + (f": {detail}" if detail else ""),
+        f"start a broker (mycroft broker start) or point {setting} at a running one",
+    )
+
+
+def _os_failure(exc: OSError, command: str, argv: Sequence[str]) -> Failure:
+    if exc.errno == errno.EADDRINUSE:
+        listen = flag_value(argv, LISTEN_FLAG) or "the address"
+        return Failure(
+            ExitCode.UNAVAILABLE,
+            f"cannot listen on {listen}: address already in use",
+            f"choose another {LISTEN_FLAG} HOST:PORT, or stop what holds it",
+        )
+    if isinstance(exc, ConnectionError):
+        return _unreachable_kafka(exc, command, argv)
+    name = exc.filename if exc.filename is not None else "a path"
+    what = exc.strerror or str(exc)
+    return Failure(
+        ExitCode.INPUT, f"{name}: {what}", "check the path and its permissions"
+    )
+
+
+def _missing(exc: ModuleNotFoundError) -> Failure:
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return Failure(
+            ExitCode.MISSING_EXTRA,
+            f"the Python module {module or exc.name!r} is not installed",
+            "reinstall: pip install mycroft-trace",
+        )
+    return Failure(
+        ExitCode.MISSING_EXTRA,
+        f"this needs {module}, which comes with the '{extra}' extra",
+        f"install it: pip install 'mycroft-trace[{extra}]'",
+    )
+
+
+def _sink_failure(exc: SinkError, argv: Sequence[str]) -> Failure:
+    url = flag_value(argv, OPENSEARCH_FLAG) or os.environ.get(
+        "MYCROFT_SINKS__OPENSEARCH_URL"
+    )
+    hint = f"check that OpenSearch answers at {url}, or change {OPENSEARCH_FLAG}"
+    return Failure(ExitCode.UNAVAILABLE, str(exc), hint if url else "")
+
+
+def _broker_failure(exc: BaseException, command: str, argv: Sequence[str]) -> Failure:
+    if command == "broker":
+        return Failure(ExitCode.UNAVAILABLE, str(exc), "see mycroft broker --help")
+    return _unreachable_kafka(exc, command, argv)
+
+
+def _data_failure(exc: BaseException, _command: str, _argv: Sequence[str]) -> Failure:
+    return Failure(
+        ExitCode.INPUT,
+        f"cannot read the input: {exc}",
+        "check that the file is complete and of the kind the command reads",
+    )
+
+
+_Rule = tuple[
+    type[BaseException] | tuple[type[BaseException], ...],
+    Callable[[Any, str, Sequence[str]], Failure],
+]
+_RULES: list[_Rule] = [
+    (KeyboardInterrupt, lambda e, c, a: Failure(ExitCode.INTERRUPTED, "interrupted")),
+    (ModuleNotFoundError, lambda e, c, a: _missing(e)),
+    (ConfigError, lambda e, c, a: Failure(ExitCode.USAGE, str(e), "see --help")),
+    ((InputError, DecodeError, SchemaError),
+     lambda e, c, a: Failure(ExitCode.INPUT, str(e))),
+    (SinkError, lambda e, c, a: _sink_failure(e, a)),
+    ((BrokerError, KafkaException, TimeoutError, concurrent.futures.TimeoutError),
+     _broker_failure),
+    (OSError, _os_failure),
+    (_DATA_ERRORS, _data_failure),
+    (MycroftError, lambda e, c, a: Failure(ExitCode.FAILED, str(e))),
+]  # fmt: skip
+"""Exception class -> its failure, first match wins (order matters: a
+``TimeoutError`` is an ``OSError``, a ``ConfigError`` a ``MycroftError``)."""
+
+
+def explain(exc: BaseException, command: str = "", argv: Sequence[str] = ()) -> Failure:
+    """The failure to report for ``exc``, raised by ``command`` run with ``argv``."""
+    for kinds, failure in _RULES:
+        if isinstance(exc, kinds):
+            return failure(exc, command, argv)
+    return Failure(
+        ExitCode.FAILED,
+        f"unexpected error: {type(exc).__name__}: {exc}",
+        "rerun with --debug for the traceback, and report it",
+    )
