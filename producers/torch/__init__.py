@@ -114,6 +114,8 @@ def uninstall() -> None:
     patcher = _state.pop("patcher", None)
     tracer = _state.pop("tracer", None)
     if patcher is not None:
+        if patcher.poller is not None and not patcher.poller.paused:
+            patcher.poller.flush()
         patcher.uninstall()
     if tracer is not None:
         tracer.close()

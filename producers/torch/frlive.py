@@ -194,6 +194,7 @@ class FrPoller:
         self._pending: dict[int, dict[int, int]] = {}  # comm -> seq -> start
         self._refs: dict[str, CommRef] = {}
         self.paused = False
+        self._force = False
 
     # -- pause -----------------------------------------------------------------
     def pause(self) -> None:
@@ -217,6 +218,12 @@ class FrPoller:
         self.paused = False
 
     # -- per tick ------------------------------------------------------------
+    def flush(self) -> None:
+        """Read the entries now, whatever the period (before a group goes away)."""
+        self._last_read_ns, self._force = 0, True
+        self.poll()
+        self._force = False
+
     def poll(self) -> None:
         """One tick: read headers, entries when needed, write ops. Never raises."""
         if self.paused:
@@ -242,9 +249,13 @@ class FrPoller:
                     max(had[1], int(st.get("last_completed_collective", 0))),
                 )
         unread = self._unread(status)
-        read = unread > 0 and (
-            now_ns - self._last_read_ns >= self.full_period_ns
-            or unread >= self.capacity // 2
+        read = (
+            self._force
+            or unread > 0
+            and (
+                now_ns - self._last_read_ns >= self.full_period_ns
+                or unread >= self.capacity // 2
+            )
         )
         if read:
             self._last_read_ns = now_ns

@@ -315,6 +315,15 @@ class Patcher:
 
         return traced
 
+    def _before_destroy(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            if self.poller is not None:  # the last ops, while the groups exist
+                self.poller.flush()
+            return fn(*args, **kwargs)
+
+        return traced
+
     def install(self) -> None:
         """Replace the ops on ``torch.distributed`` and ``distributed_c10d``."""
         if self.originals:
@@ -330,6 +339,9 @@ class Patcher:
         for name in ("init_process_group", "new_group"):
             fn = getattr(self.c10d, name)
             wrap.append((name, self._after_group_made(name, fn)))
+        destroy = getattr(self.c10d, "destroy_process_group", None)
+        if destroy is not None:
+            wrap.append(("destroy_process_group", self._before_destroy(destroy)))
         for name, traced in wrap:
             self.originals[name] = getattr(self.c10d, name)
             setattr(self.c10d, name, traced)
