@@ -51,6 +51,8 @@ typedef struct myc_op {
   uint8_t kind, algo, proto, dtype;
   int nchannels, nflows_done, p2p_dir, p2p_peer;
   int quiet_children; /* tick thread: children count when first seen complete, -1: not yet */
+  _Atomic uint64_t kch_live; /* bit c: KernelCh of channel c started, not stopped */
+  uint8_t kch_tag[MYC_MAX_CH]; /* &kch_tag[c] is the KernelCh handle of channel c */
 } myc_op_t;
 
 typedef struct myc_flow {
@@ -71,10 +73,6 @@ typedef struct {
   _Atomic uint8_t bits; /* which states of this step were counted */
 } myc_step_t;
 
-typedef struct {
-  myc_op_t *op;
-  _Atomic int live;
-} myc_kch_t;
 
 static struct {
   pthread_once_t once;
@@ -89,7 +87,6 @@ static struct {
   myc_op_t *ops;
   myc_flow_t *flows;
   myc_step_t *steps;
-  myc_kch_t *kch;
   _Atomic unsigned op_hint, flow_hint;
   _Atomic uint64_t drop_comms, drop_ops, drop_flows, pxn_flows;
   _Atomic int first_rank; /* rank of the first init, for a ring header without RANK */
@@ -168,8 +165,7 @@ static void setup_once(void) {
   g.ops = calloc((size_t)g.nops, sizeof(myc_op_t));
   g.flows = calloc((size_t)g.nflows, sizeof(myc_flow_t));
   g.steps = calloc((size_t)g.nflows * MYC_STEPS, sizeof(myc_step_t));
-  g.kch = calloc((size_t)g.nops * MYC_MAX_CH, sizeof(myc_kch_t));
-  if (!g.comms || !g.ops || !g.flows || !g.steps || !g.kch) {
+  if (!g.comms || !g.ops || !g.flows || !g.steps) {
     snprintf(g.error, sizeof(g.error), "cannot allocate the event pools; lower MYCROFT_NCCL_OPS or MYCROFT_NCCL_FLOWS");
     return;
   }
@@ -278,10 +274,14 @@ static myc_step_t *as_step(void *p) {
   if (!p || a < b || a >= b + (uintptr_t)g.nflows * MYC_STEPS * sizeof(myc_step_t)) return NULL;
   return (a - b) % sizeof(myc_step_t) ? NULL : (myc_step_t *)p;
 }
-static myc_kch_t *as_kch(void *p) {
-  uintptr_t a = (uintptr_t)p, b = (uintptr_t)g.kch;
-  if (!p || a < b || a >= b + (uintptr_t)g.nops * MYC_MAX_CH * sizeof(myc_kch_t)) return NULL;
-  return (a - b) % sizeof(myc_kch_t) ? NULL : (myc_kch_t *)p;
+/* A KernelCh handle points into its op (kch_tag), so the KernelCh path touches no other line. */
+static myc_op_t *as_kch(void *p, int *channel) {
+  uintptr_t a = (uintptr_t)p, b = (uintptr_t)g.ops;
+  if (!p || a < b || a >= b + (uintptr_t)g.nops * sizeof(myc_op_t)) return NULL;
+  size_t off = (a - b) % sizeof(myc_op_t), tag = offsetof(myc_op_t, kch_tag);
+  if (off < tag || off >= tag + MYC_MAX_CH) return NULL;
+  *channel = (int)(off - tag);
+  return (myc_op_t *)(b + (a - b) / sizeof(myc_op_t) * sizeof(myc_op_t));
 }
 
 /* The fields Mycroft reads, at the same offsets in v4, v5 and v6. */
@@ -336,6 +336,7 @@ static void start_op(myc_comm_t *c, void **h, const myc_descr_t *d, int is_p2p) 
   atomic_store_explicit(&op->enqueued, 0, memory_order_relaxed);
   atomic_store_explicit(&op->refs, 0, memory_order_relaxed);
   atomic_store_explicit(&op->children, 0, memory_order_relaxed);
+  atomic_store_explicit(&op->kch_live, 0, memory_order_relaxed);
   op->issued_written = 0;
   op->nflows_done = 0;
   op->quiet_children = -1;
@@ -401,13 +402,12 @@ static ncclResult_t start_common(void *ctx, void **h, const myc_descr_t *d) {
     case MYC_EV_KERNEL_CH: {
       myc_op_t *op = as_op(d->parent);
       if (!op) return ncclSuccess;
-      myc_kch_t *k = &g.kch[(size_t)(op - g.ops) * MYC_MAX_CH + (unsigned)d->channel % MYC_MAX_CH];
-      k->op = op;
-      atomic_store_explicit(&k->live, 1, memory_order_relaxed);
+      unsigned ch = (unsigned)d->channel % MYC_MAX_CH;
+      if (atomic_fetch_or(&op->kch_live, 1ULL << ch) & (1ULL << ch)) return ncclSuccess;
       atomic_fetch_add(&op->refs, 1);
       atomic_fetch_add(&op->children, 1);
       set_min(&op->start_ns, now_ns());
-      *h = k;
+      *h = &op->kch_tag[ch];
       break;
     }
     default:
@@ -499,13 +499,14 @@ static ncclResult_t stop_common(void *h) {
     atomic_store_explicit(&op->enqueued, 1, memory_order_release);
     return ncclSuccess;
   }
-  myc_kch_t *k = as_kch(h);
-  if (k && atomic_exchange(&k->live, 0)) {
+  int ch;
+  myc_op_t *kop = as_kch(h, &ch);
+  if (kop && (atomic_fetch_and(&kop->kch_live, ~(1ULL << ch)) & (1ULL << ch))) {
     int64_t t = now_ns();
-    int64_t cur = atomic_load(&k->op->end_ns);
-    while (t > cur && !atomic_compare_exchange_weak(&k->op->end_ns, &cur, t)) {
+    int64_t cur = atomic_load(&kop->end_ns);
+    while (t > cur && !atomic_compare_exchange_weak(&kop->end_ns, &cur, t)) {
     }
-    atomic_fetch_sub(&k->op->refs, 1);
+    atomic_fetch_sub(&kop->refs, 1);
   }
   return ncclSuccess;
 }

@@ -2,7 +2,7 @@
  * function tables (ncclProfiler_v6, _v5 or _v4) from an event script on stdin.
  *
  *   fake_nccl PLUGIN.so ABI < script        (ABI: 4, 5 or 6)
- *   fake_nccl PLUGIN.so ABI --bench N       per-callback cost of a send step, in ns (JSON)
+ *   fake_nccl PLUGIN.so ABI --bench OPS STEPS   ns per callback, per event type and state (JSON)
  *   fake_nccl PLUGIN.so ABI --stress T OPS STEPS
  *       T threads, each a communicator (hash 0x5000+t, rank t) driven by its own proxy
  *       thread: OPS AllReduces (seq 0..), each with a send and a recv ProxyOp on 2 channels
@@ -93,56 +93,158 @@ static int do_init(void **ctx, uint64_t hash, int nranks, int rank, int nnodes, 
   return r;
 }
 
-/* ns per callback of NCCL's send-step sequence: start, GPUWait, PeerWait, SendWait, stop. */
-static int bench(long n) {
-  void *ctx;
-  if (do_init(&ctx, 0x42, 2, 0, 1, "bench") != ncclSuccess) return 1;
+/* ---- --bench: each callback timed on its own, per event type and state ---- */
+
+#if defined(__x86_64__)
+#include <x86intrin.h>
+static inline uint64_t ticks(void) {
+  _mm_lfence();
+  uint64_t t = __rdtsc();
+  _mm_lfence();
+  return t;
+}
+#define TIMER "rdtsc"
+#else
+static inline uint64_t ticks(void) { return (uint64_t)mono_ns(); }
+#define TIMER "clock_gettime"
+#endif
+
+enum { B_COLL_START, B_COLL_STOP, B_OP_START, B_OP_STOP, B_STEP_START, B_SEND_GPU, B_SEND_PEER,
+       B_SEND_PEER_RETRY, B_SEND_WAIT, B_STEP_STOP, B_RECV_WAIT, B_RECV_FLUSH, B_RECV_GPU,
+       B_KCH_START, B_KCH_STATE, B_KCH_STOP, B_EMPTY, B_N };
+static const char *const B_NAMES[B_N] = {
+    "Coll.startEvent", "Coll.stopEvent", "ProxyOp.startEvent", "ProxyOp.stopEvent",
+    "ProxyStep.startEvent", "ProxyStep.SendGPUWait", "ProxyStep.SendPeerWait",
+    "ProxyStep.SendPeerWait(retry)", "ProxyStep.SendWait", "ProxyStep.stopEvent",
+    "ProxyStep.RecvWait", "ProxyStep.RecvFlushWait", "ProxyStep.RecvGPUWait",
+    "KernelCh.startEvent", "KernelCh.KernelChStop", "KernelCh.stopEvent", "empty call"};
+static uint32_t *samples[B_N];
+static long nsamples[B_N];
+
+static ncclResult_t empty_stop(void *h) {
+  __asm__ __volatile__("" : : "r"(h) : "memory");
+  return ncclSuccess;
+}
+static ncclResult_t (*volatile empty_fn)(void *) = empty_stop;
+
+#define TIMED(k, call)                                   \
+  do {                                                   \
+    uint64_t t0_ = ticks();                              \
+    call;                                                \
+    uint64_t t1_ = ticks();                              \
+    samples[k][nsamples[k]++] = (uint32_t)(t1_ - t0_);   \
+  } while (0)
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double ticks_per_ns(void) {
+  int64_t n0 = mono_ns();
+  uint64_t t0 = ticks();
+  while (mono_ns() - n0 < 50000000LL) {
+  }
+  return (double)(ticks() - t0) / (double)(mono_ns() - n0);
+}
+
+/* One op of `nops` per round: Coll, a send and a recv ProxyOp of `steps` steps, 2 KernelCh. */
+static void bench_round(void *ctx, long seq, int steps) {
   ncclProfilerEventDescr_v6_t d;
-  void *op, *pop, *st;
+  void *op = NULL, *snd = NULL, *rcv = NULL, *st = NULL, *k0 = NULL, *k1 = NULL;
   memset(&d, 0, sizeof(d));
   d.type = MYC_EV_COLL;
+  d.coll.seqNumber = (uint64_t)seq;
   d.coll.func = "AllReduce";
   d.coll.datatype = "ncclFloat32";
   d.coll.count = 1 << 20;
   d.coll.algo = "RING";
   d.coll.proto = "SIMPLE";
-  d.coll.nChannels = 1;
-  do_start(ctxs[0] = ctx, &op, &d);
+  d.coll.nChannels = 2;
+  TIMED(B_COLL_START, do_start(ctx, &op, &d));
+  memset(&d, 0, sizeof(d));
+  d.type = MYC_EV_KERNEL_CH;
+  d.parentObj = op;
+  TIMED(B_KCH_START, do_start(ctx, &k0, &d));
+  d.kernelCh.channelId = 1;
+  do_start(ctx, &k1, &d);
   memset(&d, 0, sizeof(d));
   d.type = MYC_EV_PROXY_OP;
   d.parentObj = op;
   d.proxyOp.pid = getpid();
   d.proxyOp.peer = 1;
-  d.proxyOp.nSteps = (int)n;
+  d.proxyOp.nSteps = steps;
   d.proxyOp.isSend = 1;
-  do_start(ctx, &pop, &d);
+  TIMED(B_OP_START, do_start(ctx, &snd, &d));
+  d.proxyOp.isSend = 0;
+  d.proxyOp.channelId = 1;
+  do_start(ctx, &rcv, &d);
+  TIMED(B_COLL_STOP, do_stop(op));
   ncclProfilerEventDescr_v6_t ds;
   memset(&ds, 0, sizeof(ds));
   ds.type = MYC_EV_PROXY_STEP;
-  ds.parentObj = pop;
-  int64_t t0 = mono_ns();
-  for (long i = 0; i < n; i++) {
-    ds.proxyStep.step = (int)i;
+  for (int i = 0; i < steps; i++) {
+    ds.proxyStep.step = i;
+    ds.parentObj = snd;
+    TIMED(B_STEP_START, do_start(ctx, &st, &ds));
+    TIMED(B_SEND_GPU, do_state(st, MYC_ST_SEND_GPU_WAIT, 0));
+    TIMED(B_SEND_PEER, do_state(st, MYC_ST_SEND_PEER_WAIT, 0));
+    TIMED(B_SEND_PEER_RETRY, do_state(st, MYC_ST_SEND_PEER_WAIT, 0));
+    TIMED(B_SEND_WAIT, do_state(st, MYC_ST_SEND_WAIT, 524288));
+    TIMED(B_STEP_STOP, do_stop(st));
+    ds.parentObj = rcv;
     do_start(ctx, &st, &ds);
-    do_state(st, MYC_ST_SEND_GPU_WAIT, 0);
-    do_state(st, MYC_ST_SEND_PEER_WAIT, 0);
-    do_state(st, MYC_ST_SEND_WAIT, 524288);
+    TIMED(B_RECV_WAIT, do_state(st, MYC_ST_RECV_WAIT, 0));
+    TIMED(B_RECV_FLUSH, do_state(st, MYC_ST_RECV_FLUSH_WAIT, 524288));
+    TIMED(B_RECV_GPU, do_state(st, MYC_ST_RECV_GPU_WAIT, 0));
     do_stop(st);
+    TIMED(B_EMPTY, empty_fn(st));
   }
-  int64_t t1 = mono_ns();
-  /* the same loop through an empty table: the harness's own cost, subtracted */
-  int64_t t2 = mono_ns();
-  volatile long sink = 0;
-  for (long i = 0; i < n; i++) {
-    ds.proxyStep.step = (int)i;
-    sink += ds.proxyStep.step;
+  TIMED(B_OP_STOP, do_stop(snd));
+  do_stop(rcv);
+  TIMED(B_KCH_STATE, do_state(k0, MYC_ST_KERNEL_CH_STOP, 0));
+  TIMED(B_KCH_STOP, do_stop(k0));
+  do_stop(k1);
+}
+
+/* Median and p99 ns of every callback over `rounds` ops of `steps` steps, timer cost removed. */
+static int bench(long rounds, int steps, void (*flush)(void)) {
+  void *ctx;
+  if (do_init(&ctx, 0x42, 2, 0, 1, "bench") != ncclSuccess) return 1;
+  long cap = rounds * (long)steps + rounds;
+  for (int k = 0; k < B_N; k++) samples[k] = calloc((size_t)cap, sizeof(uint32_t));
+  double tpn = ticks_per_ns();
+  long nticks = 200000;
+  uint32_t *tt = calloc((size_t)nticks, sizeof(uint32_t));
+  for (long i = 0; i < nticks; i++) {
+    uint64_t a = ticks(), b = ticks();
+    tt[i] = (uint32_t)(b - a);
   }
-  int64_t t3 = mono_ns();
-  do_stop(pop);
-  do_stop(op);
-  printf("{\"abi\": %d, \"steps\": %ld, \"callbacks\": %ld, \"ns_per_step\": %.2f, \"ns_per_callback\": %.2f, \"loop_ns_per_step\": %.2f}\n",
-         abi, n, n * 5, (double)(t1 - t0) / (double)n, (double)(t1 - t0) / (double)(n * 5),
-         (double)(t3 - t2) / (double)n);
+  qsort(tt, (size_t)nticks, sizeof(uint32_t), cmp_u32);
+  double timer = tt[nticks / 2];
+  uint32_t *ft = calloc((size_t)(rounds / 64 + 1), sizeof(uint32_t));
+  long nft = 0;
+  for (long r = 0; r < rounds; r++) {
+    bench_round(ctx, r, steps);
+    if (flush && r % 64 == 63) { /* the tick thread's work, timed apart from the callbacks */
+      uint64_t t0 = ticks();
+      flush();
+      ft[nft++] = (uint32_t)(ticks() - t0);
+    }
+  }
+  qsort(ft, (size_t)nft, sizeof(uint32_t), cmp_u32);
+  printf("{\"abi\": %d, \"timer\": \"%s\", \"ticks_per_ns\": %.4f, \"timer_overhead_ns\": %.2f, "
+         "\"rounds\": %ld, \"steps_per_op\": %d, \"tick_us_per_64_ops\": %.1f, \"callbacks\": {",
+         abi, TIMER, tpn, timer / tpn, rounds, steps, nft ? (double)ft[nft / 2] / tpn / 1000.0 : 0.0);
+  for (int k = 0; k < B_N; k++) {
+    long n = nsamples[k];
+    qsort(samples[k], (size_t)n, sizeof(uint32_t), cmp_u32);
+    double med = ((double)samples[k][n / 2] - timer) / tpn;
+    double p99 = ((double)samples[k][(n * 99) / 100] - timer) / tpn;
+    printf("%s\"%s\": {\"n\": %ld, \"median_ns\": %.1f, \"p99_ns\": %.1f}", k ? ", " : "", B_NAMES[k], n,
+           med < 0 ? 0 : med, p99 < 0 ? 0 : p99);
+  }
+  printf("}}\n");
   return 0;
 }
 
@@ -225,7 +327,7 @@ static int stress(int threads, int ops, int steps) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: fake_nccl PLUGIN.so {4|5|6} [--bench N] < script\n");
+    fprintf(stderr, "usage: fake_nccl PLUGIN.so {4|5|6} [--bench OPS STEPS | --stress T OPS STEPS] < script\n");
     return 2;
   }
   void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -243,7 +345,7 @@ int main(int argc, char **argv) {
   }
   void (*flush)(void) = (void (*)(void))dlsym(lib, "mycroftNcclFlush");
   void (*tick)(void) = (void (*)(void))dlsym(lib, "mycroftNcclTick");
-  if (argc >= 5 && strcmp(argv[3], "--bench") == 0) return bench(atol(argv[4]));
+  if (argc >= 6 && strcmp(argv[3], "--bench") == 0) return bench(atol(argv[4]), atoi(argv[5]), flush);
   if (argc >= 7 && strcmp(argv[3], "--stress") == 0) return stress(atoi(argv[4]), atoi(argv[5]), atoi(argv[6]));
   handles = calloc(MAXH, sizeof(void *));
   char line[512], w[16][128];
