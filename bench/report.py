@@ -139,7 +139,53 @@ def _shapes(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _nccl_plugin(r: dict[str, Any]) -> list[str]:
+    abis = r["abis"]
+    names = list(abis["v6"]["callbacks"])
+    rep = r["reported_example_plugin"]
+    lines = [
+        f"{r['setup']}; {r['machine']['cpu']} ({r['machine']['cpus']} CPUs), "
+        f"at {r['commit']}. Median ns per call (p99 in brackets), the timer's "
+        "own cost removed; `empty call` is a call through the table to a function "
+        "that does nothing.",
+        "",
+        "| callback | " + " | ".join(abis) + " |",
+        "|---|" + "---|" * len(abis),
+    ]
+    for n in names:
+        cells = [
+            f"{v['callbacks'][n]['median_ns']} ({v['callbacks'][n]['p99_ns']})"
+            for v in abis.values()
+        ]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    v6 = abis["v6"]
+    share = ", ".join(f"{k} {v} %" for k, v in v6["step_share_of_transfer_pct"].items())
+    intra = ", ".join(f"{k} ch {v} ns" for k, v in v6["intra_node_op_ns"].items())
+    lines += [
+        "",
+        f"v6 per network step (start, states, stop): send {v6['send_step_ns']} ns, "
+        f"recv {v6['recv_step_ns']} ns, on NCCL's proxy thread. Against the wire "
+        f"time of one step: {share}. Per op: Coll {v6['coll_ns']} ns (enqueue "
+        f"thread), ProxyOp {v6['proxy_op_ns']} ns per flow; an intra-node op "
+        f"(KernelCh only, {v6['kernel_ch_ns']} ns per channel): {intra}. The "
+        f"tick thread's work (ring writes) is {v6['tick_us_per_64_ops']} us per "
+        "64 ops, off the event path.",
+        "",
+        f"Reported for NCCL's example plugin ({rep['source']}): "
+        f"{rep['nccl_2.29.7_pct'][0]}-{rep['nccl_2.29.7_pct'][1]} % on 2.29.7, "
+        f"{rep['nccl_2.31.2_pct'][0]}-{rep['nccl_2.31.2_pct'][1]} % on 2.31.2, of "
+        "job time; Mycroft's plugin has not yet been measured on a GPU "
+        "(`producers/nccl/gpu_check.sh`).",
+    ]
+    return lines
+
+
 RENDERERS = {
+    "nccl_plugin_overhead": (
+        "NCCL profiler plugin: cost per callback",
+        "python bench/nccl_plugin_overhead.py",
+        _nccl_plugin,
+    ),
     "campaign_shapes": (
         "Offline fault campaign on other job shapes",
         "python bench/campaign_shapes.py --seeds 3",
