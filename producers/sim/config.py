@@ -20,6 +20,10 @@ COUNTER_MODELS = ("fluid", "slots")
 granted, D = completed after the wire)."""
 
 
+ALLREDUCE_ALGOS = ("ring", "tree")
+"""NCCL_ALGO of all-reduce: ring, or double binary tree (``tree.py``)."""
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Links, latencies and NCCL settings of every host (all hosts alike)."""
@@ -44,6 +48,7 @@ class Hardware:
     clock_drift_ppm: float = 0.0
     runahead: float = 0.8
     counters: str = "fluid"
+    allreduce: str = "ring"
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
@@ -68,6 +73,11 @@ class Hardware:
         if self.counters not in COUNTER_MODELS:
             raise ConfigError(
                 f"counters={self.counters!r} is not one of {', '.join(COUNTER_MODELS)}"
+            )
+        if self.allreduce not in ALLREDUCE_ALGOS:
+            raise ConfigError(
+                f"allreduce={self.allreduce!r} is not one of "
+                f"{', '.join(ALLREDUCE_ALGOS)}"
             )
         if not 0 <= self.runahead <= 1:
             raise ConfigError(f"runahead={self.runahead} must be in [0, 1]")
@@ -131,6 +141,7 @@ class Workload:
     straggler_prob: float = 0.003
     straggler_slowdown: float = 0.3
     schedule: str = "gpipe"
+    dp_allreduce: bool = False
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
@@ -194,9 +205,7 @@ class SimConfig:
         if min(self.tp, self.pp, self.dp) < 1:
             raise ConfigError("--tp, --pp and --dp must all be >= 1")
         if self.order not in ORDERS:
-            raise ConfigError(
-                f"order={self.order!r} is not one of {', '.join(ORDERS)}"
-            )
+            raise ConfigError(f"order={self.order!r} is not one of {', '.join(ORDERS)}")
         gph = self.hardware.gpus_per_host
         if self.tp > gph or gph % self.tp:
             raise ConfigError(

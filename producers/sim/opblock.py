@@ -5,7 +5,10 @@ communicators of a role. Each row has flows (channel x peer x direction); the
 progress of a flow is described per ring step ``k`` and per counter ``c`` (0:
 gpu_ready, 1: transmitted, 2: done) by an interval ``[b, e]`` during which that
 counter moves the step's ``cps`` chunks linearly. ``e = inf`` means the step
-never finishes (a hang): the counter stops at the step's start. Times are
+never finishes (a hang): the counter stops at the step's start. A flow's
+intervals are ``times[row, fprof]``: by default its direction (all send flows
+of a ring row move alike), or the row's ``profile`` (a tree row's flows to
+parent and children each move their own way). Times are
 float seconds since the simulation start on the reference clock.
 
 Within one counter the step intervals never overlap, and ``b``/``e`` of
@@ -43,6 +46,8 @@ class OpBlock:
     slot: np.ndarray
     host: np.ndarray
     proc_dead: np.ndarray
+    profile: np.ndarray | None = None
+    fprof: np.ndarray = field(init=False)
     first: np.ndarray = field(init=False)
     last: np.ndarray = field(init=False)
     start: np.ndarray = field(init=False)
@@ -53,8 +58,9 @@ class OpBlock:
 
     def __post_init__(self) -> None:
         rows = np.arange(len(self.rank))[:, None]
-        self.first = self.times[rows, self.fdir, GPU_READY, 0, 0] + self.fdelta
-        self.last = self.times[rows, self.fdir, DONE, 1, -1] + self.fdelta
+        self.fprof = self.fdir if self.profile is None else self.profile
+        self.first = self.times[rows, self.fprof, GPU_READY, 0, 0] + self.fdelta
+        self.last = self.times[rows, self.fprof, DONE, 1, -1] + self.fdelta
         self.start = self.first.min(axis=1)
         self.end = self.last.max(axis=1)
         self.steps = int(self.times.shape[-1])
@@ -85,7 +91,7 @@ class OpBlock:
             Cumulative chunks per counter, and the time any counter of the flow
             last changed (``-inf``: never).
         """
-        tf = self.times[rows[:, None], self.fdir[rows]]
+        tf = self.times[rows[:, None], self.fprof[rows]]
         b, e = tf[..., 0, :], tf[..., 1, :]
         delta = self.fdelta[rows]
         x = (t[:, None] - delta)[:, :, None, None]

@@ -34,6 +34,7 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.effects import Effects
 from mycroft.producers.sim.layout import DP, PP_NEXT, PP_PREV, TP, Layout
 from mycroft.producers.sim.opblock import OpBlock
+from mycroft.producers.sim.tree import tree_allreduce
 
 RUNAHEAD = 0.8
 """Default fraction of the preceding compute during which the CPU enqueues the
@@ -193,7 +194,11 @@ class Schedule:
         )
         mismatch_role = DP if self.cfg.dp > 1 else TP
         culprit = self.fx.take_mismatch(ranks, issue) if role == mismatch_role else None
-        self._add(self.phys.ring(req, culprit), role)
+        if kind == "allreduce" and hw.allreduce == "tree":
+            for block in tree_allreduce(self.phys, req, culprit):
+                self._add(block, role)
+        else:
+            self._add(self.phys.ring(req, culprit), role)
         seqs[rows] += 1
 
     def _pipe(self, p: int, forward: bool) -> None:
@@ -224,6 +229,10 @@ class Schedule:
             return
         ranks = self.layout.dp.ranks
         rows = np.arange(len(ranks))
+        if self.wl.dp_allreduce:
+            self._ring("allreduce", DP, ranks, rows, self.wl.dp_bytes)
+            self._compute(grid.ravel(), self.wl.optimizer_s)
+            return
         self._ring("reducescatter", DP, ranks, rows, self.wl.dp_bytes)
         self._compute(grid.ravel(), self.wl.optimizer_s)
         self._ring("allgather", DP, ranks, rows, self.wl.dp_bytes)

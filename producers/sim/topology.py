@@ -12,6 +12,7 @@ from mycroft.producers.sim.layout import (
     host_name,
     nic_name,
 )
+from mycroft.producers.sim.tree import double_tree, tree_count
 from mycroft.schemas.records import (
     ChannelTopology,
     CommMembership,
@@ -36,8 +37,21 @@ def _membership(
     channels = range(_channels(cfg, group.role))
     host = layout.host_of
     conns: list[Connection] = []
+    tree = _tree(cfg, group.role, n)
+    chans: list[ChannelTopology] = []
     for c in channels:
-        for peer, direction in ((nxt, "send"), (prev, "recv")):
+        peers = ((nxt, "send"), (prev, "recv"))
+        parent, kids = -1, ()
+        if tree:
+            # The comm's only collective is the tree all-reduce: its
+            # connections are the tree's (one each way per neighbour).
+            pos = tree[c % len(tree)]
+            parent = int(members[pos[i]]) if pos[i] >= 0 else -1
+            kids = tuple(int(members[k]) for k, p in enumerate(pos) if p == i)
+            nbrs = ((parent,) if parent >= 0 else ()) + kids
+            peers = tuple((r, d) for r in nbrs for d in ("send", "recv"))
+        chans.append(ChannelTopology(c, prev, nxt, parent, kids))
+        for peer, direction in peers:
             transport = "p2p" if host[peer] == host[me] else "net"
             conns.append(Connection(peer, c, direction, transport))
     return CommMembership(
@@ -46,9 +60,17 @@ def _membership(
         nranks=n,
         comm_rank=i,
         ranks=tuple(int(r) for r in members),
-        channels=tuple(ChannelTopology(c, prev, nxt, -1) for c in channels),
+        channels=tuple(chans),
         connections=tuple(conns),
     )
+
+
+def _tree(cfg: SimConfig, role: str, n: int) -> list[list[int]]:
+    """Parents per tree of a comm that runs tree all-reduces only (else [])."""
+    tree_roles = ("tp", "dp") if cfg.workload.dp_allreduce else ("tp",)
+    if cfg.hardware.allreduce != "tree" or role not in tree_roles:
+        return []
+    return list(double_tree(n)[: tree_count(_channels(cfg, role), n)])
 
 
 def _memberships(cfg: SimConfig, layout: Layout) -> dict[int, list[CommMembership]]:
