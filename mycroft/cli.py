@@ -13,11 +13,14 @@ OpenSearch are first checked to reach them (:mod:`mycroft.cli_preflight`).
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import NoReturn
 
 from mycroft.cli_errors import ExitCode, Failure, explain
 
@@ -52,6 +55,32 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _short_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """argparse's error, in two lines instead of the whole usage."""
+    parser.exit(
+        int(ExitCode.USAGE),
+        f"{parser.prog}: {message}\n  see '{parser.prog} --help'\n",
+    )
+
+
+@contextmanager
+def _short_usage_errors() -> Iterator[None]:
+    """Every argparse parser of a subcommand reports bad flags in two lines."""
+    original = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _short_error  # type: ignore[assignment,method-assign]  # one entry point, restored below
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return int(ExitCode.FAILED)
+
+
 def _report(failure: Failure, name: str) -> int:
     print("\n".join(failure.lines(name)), file=sys.stderr)
     return int(failure.code)
@@ -63,7 +92,8 @@ def _run(name: str, rest: list[str]) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     if (failure := preflight(name, rest)) is not None:
         return _report(failure, name)
-    code: int = module.main(rest)
+    with _short_usage_errors():
+        code: int = module.main(rest)
     return code
 
 
@@ -81,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     try:
         return _run(name, rest)
+    except SystemExit as exc:  # argparse after --help or a usage error
+        return _exit_code(exc)
     except (Exception, KeyboardInterrupt) as exc:  # the one error path
         if debug:
             traceback.print_exc()

@@ -181,10 +181,12 @@ def _broker_failure(exc: BaseException, command: str, argv: Sequence[str]) -> Fa
     return _unreachable_kafka(exc, command, argv)
 
 
-def _data_failure(exc: BaseException, _command: str, _argv: Sequence[str]) -> Failure:
+def _data_failure(exc: BaseException, _command: str, argv: Sequence[str]) -> Failure:
+    files = [a for a in argv if not a.startswith("-") and os.path.isfile(a)]
+    what = files[0] if len(files) == 1 else "an input file"
     return Failure(
         ExitCode.INPUT,
-        f"cannot read the input: {exc}",
+        f"cannot read {what}: {exc}",
         "check that the file is complete and of the kind the command reads",
     )
 
@@ -196,18 +198,20 @@ _Rule = tuple[
 _RULES: list[_Rule] = [
     (KeyboardInterrupt, lambda e, c, a: Failure(ExitCode.INTERRUPTED, "interrupted")),
     (ModuleNotFoundError, lambda e, c, a: _missing(e)),
-    (ConfigError, lambda e, c, a: Failure(ExitCode.USAGE, str(e), "see --help")),
     ((InputError, DecodeError, SchemaError),
      lambda e, c, a: Failure(ExitCode.INPUT, str(e))),
+    (ConfigError,
+     lambda e, c, a: Failure(ExitCode.USAGE, str(e), f"see 'mycroft {c} --help'")),
     (SinkError, lambda e, c, a: _sink_failure(e, a)),
     ((BrokerError, KafkaException, TimeoutError, concurrent.futures.TimeoutError),
      _broker_failure),
-    (OSError, _os_failure),
     (_DATA_ERRORS, _data_failure),
+    (OSError, _os_failure),
     (MycroftError, lambda e, c, a: Failure(ExitCode.FAILED, str(e))),
 ]  # fmt: skip
-"""Exception class -> its failure, first match wins (order matters: a
-``TimeoutError`` is an ``OSError``, a ``ConfigError`` a ``MycroftError``)."""
+"""Exception class -> its failure, first match wins (order matters: an
+``InputError`` is a ``ConfigError``, a ``TimeoutError`` and a ``BadGzipFile``
+are ``OSError``)."""
 
 
 def explain(exc: BaseException, command: str = "", argv: Sequence[str] = ()) -> Failure:

@@ -15,9 +15,10 @@ class ConfigError(MycroftError, ValueError):
     """A setting, flag or argument is invalid; the message says which and why."""
 
 
-class InputError(MycroftError):
-    """A path, file or name given to a command cannot be used; the message says
-    which and what to do."""
+class InputError(ConfigError):
+    """A path, file or name given to a command cannot be used (a file that is
+    not what the command reads, an id that names nothing); the message says
+    which."""
 
 
 class SchemaError(MycroftError):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, cast
 
-from mycroft.errors import ConfigError
+from mycroft.errors import InputError
 from mycroft.kafka_client import record_key
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Record
@@ -109,12 +109,12 @@ def read_frames(path: Path | str) -> Iterator[Frame]:
     """Yield the frames of a trace file in order.
 
     Raises:
-        ConfigError: the file is not a Mycroft trace.
+        InputError: the file is not a Mycroft trace (a ConfigError).
     """
     path = Path(path)
     with _open(path, "r") as fh:
         if fh.read(len(MAGIC)) != MAGIC:
-            raise ConfigError(f"{path} is not a Mycroft trace file (bad magic)")
+            raise InputError(f"{path} is not a Mycroft trace file (bad magic)")
         while True:
             size_bytes = fh.read(4)
             if not size_bytes:

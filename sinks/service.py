@@ -266,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         return _run(args, stop)
+    except ConfigError:
+        raise  # flags that do not combine: the mycroft command's usage error
     except MycroftError as exc:
         logger.error("mycroft sinks run: %s", exc)
         return 1
