@@ -7,7 +7,9 @@ process group runs, whoever issued it, so :class:`FrPoller` reads it and
 writes the ops the wrappers did not see.
 
 Per tick (``Tracer.beat_s``) it reads the FR *header* (``pg_status`` only,
-~10 us): the newest enqueued and completed collective of each group. Only when
+~10 us): the newest enqueued and completed collective of each group (keyed
+by an id the entries map to the group's name). Entries already in the
+recorder when polling starts are skipped. Only when
 a group has enqueued a collective this rank has not recorded yet does it read
 the entries (cost grows with the ring: ~5 us per entry to dump and as much to
 decode), at most every ``full_period_s`` unless the unread entries reach half
@@ -195,27 +197,67 @@ class FrPoller:
         self._refs: dict[str, CommRef] = {}
         self.paused = False
         self._force = False
+        self._pg_names: dict[str, str] = {}  # pg_status id -> group name
+        self._active: dict[str, str] = {}  # group name -> its newest id
+        self._ignored: set[str] = set()
 
-    # -- pause -----------------------------------------------------------------
+    # -- start, pause ----------------------------------------------------------
+    def start(self) -> None:
+        """Skip what the recorder holds already (earlier groups of this process)."""
+        try:
+            for src in self.sources:
+                entries = _load(src.dump(True)).get("entries") or []
+                for e in entries:
+                    self._learn(e)
+                rids = [int(e.get("record_id", -1)) for e in entries]
+                src.last_rid = max([src.last_rid, *rids])
+        except Exception as exc:  # never break the training job
+            log.warning("mycroft: Flight Recorder not readable: %s", exc)
+
     def pause(self) -> None:
         """Stop polling; the ops run until :meth:`resume` are never written."""
         self.paused = True
 
     def resume(self) -> None:
-        """Poll again from now on: skip what the recorder holds so far."""
+        """Poll again from now on: skip what ran while paused."""
+        self.start()
         try:
-            for src in self.sources:
-                doc = _load(src.dump(True))
-                rids = [int(e.get("record_id", -1)) for e in doc.get("entries") or []]
-                src.last_rid = max([src.last_rid, *rids])
-                for pg, st in (doc.get("pg_status") or {}).items():
-                    ref = self._ref(str(pg))
-                    if ref is not None:
-                        count = int(st.get("last_enqueued_collective", 0))
-                        ref.skip_to(_collectives(ref, count))
+            status, _unknown = self._status()
         except Exception as exc:  # never break the training job
-            log.warning("mycroft: Flight Recorder resume failed: %s", exc)
+            log.warning("mycroft: Flight Recorder not readable: %s", exc)
+            status = {}
+        for name, (enqueued, _done) in status.items():
+            ref = self._ref(name)
+            if ref is not None:
+                ref.skip_to(_collectives(ref, enqueued))
         self.paused = False
+
+    def _learn(self, entry: dict[str, Any]) -> None:
+        """Which group an id of ``pg_status`` is: the entries say (the newest
+        group of a name wins; ids of destroyed groups stay in the status)."""
+        pid, pg = str(entry.get("pg_id", "")), entry.get("process_group") or ("",)
+        name = str(pg[0])
+        self._pg_names[pid] = name
+        active = self._active.get(name)
+        if active is None or _as_int(pid) > _as_int(active):
+            self._active[name] = pid
+
+    def _status(self) -> tuple[dict[str, tuple[int, int]], set[str]]:
+        """(enqueued, completed) per group name, and the ids not known yet."""
+        status: dict[str, tuple[int, int]] = {}
+        unknown: set[str] = set()
+        for src in self.sources:
+            for pid, st in (_load(src.dump(False)).get("pg_status") or {}).items():
+                enq = int(st.get("last_enqueued_collective", 0))
+                done = int(st.get("last_completed_collective", 0))
+                name = self._pg_names.get(str(pid))
+                if name is None:
+                    if enq > 0 and str(pid) not in self._ignored:
+                        unknown.add(str(pid))
+                elif self._active.get(name) == str(pid):
+                    had = status.get(name, (0, 0))
+                    status[name] = (max(had[0], enq), max(had[1], done))
+        return status, unknown
 
     # -- per tick ------------------------------------------------------------
     def flush(self) -> None:
@@ -240,15 +282,8 @@ class FrPoller:
         self.stats.record(time.thread_time_ns() - t0, read)
 
     def _poll(self, now_ns: int) -> bool:
-        status: dict[str, tuple[int, int]] = {}
-        for src in self.sources:
-            for pg, st in (_load(src.dump(False)).get("pg_status") or {}).items():
-                had = status.get(str(pg), (0, 0))
-                status[str(pg)] = (
-                    max(had[0], int(st.get("last_enqueued_collective", 0))),
-                    max(had[1], int(st.get("last_completed_collective", 0))),
-                )
-        unread = self._unread(status)
+        status, unknown = self._status()
+        unread = self._unread(status) + len(unknown)
         read = (
             self._force
             or unread > 0
@@ -261,6 +296,8 @@ class FrPoller:
             self._last_read_ns = now_ns
             for src in self.sources:
                 self._read(src, now_ns)
+            # ids still without entries: their ops were overwritten or predate us
+            self._ignored |= {p for p in unknown if p not in self._pg_names}
         self._complete(status, now_ns)
         return read
 
@@ -295,6 +332,7 @@ class FrPoller:
         self.stats.entries += len(fresh)
         lowest: dict[str, int] = {}
         for e in sorted(fresh, key=lambda x: int(x["record_id"])):
+            self._learn(e)
             op = fr_op(e)
             if op is not None and op.seq >= 0:
                 lowest.setdefault(op.pg, op.seq)
@@ -303,6 +341,7 @@ class FrPoller:
             ref = self._ref(pg)
             if ref is not None:
                 ref.skip_to(seq)
+                ref.advance()
 
     def _write(self, op: FrOp, now_ns: int) -> None:
         ref = self._ref(op.pg)
@@ -337,6 +376,10 @@ class FrPoller:
             for seq in [s for s in pend if s < completed]:
                 self.tracer.done(now_ns, ref.comm, seq, pend.pop(seq))
                 self.stats.done += 1
+
+
+def _as_int(text: str) -> int:
+    return int(text) if text.isdigit() else -1
 
 
 def _collectives(ref: CommRef, count: int) -> int:

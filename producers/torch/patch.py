@@ -166,6 +166,7 @@ class Patcher:
             self.tracer, dumps, self.ref_by_name, fr.capacity, fr.full_period_s
         )
         self.poller = poller
+        poller.start()
         self.tracer.dropped_ops = lambda: poller.stats.lost
         self.tracer.on_tick = poller.poll
 

@@ -80,6 +80,7 @@ class FakeRecorder:
 def entry(seq: int, retired: bool = True, n: int = 4, pg: str = "0") -> dict[str, Any]:
     return {
         "collective_seq_id": seq,
+        "pg_id": int(pg),
         "profiling_name": "gloo:all_reduce",
         "process_group": (pg, "default_pg"),
         "input_sizes": [[n]],
@@ -176,15 +177,19 @@ def test_incremental_by_record_id_and_no_read_when_all_wrapped() -> None:
     for seq in (1, 2):
         ref.wrapped[seq - 1] = 16
         rec.add(entry(seq))
+    p.poll()  # one read tells which group the status id 0 is
+    assert p.stats.reads == 1 and tracer.ops == [] and ref.known == 2
+    ref.wrapped[2] = 16
+    rec.add(entry(3))
     p.poll()
-    assert p.stats.reads == 0 and tracer.ops == [] and ref.known == 2
-    rec.add(entry(3))  # from C++
-    rec.add(entry(4))
-    p.poll()
+    assert p.stats.reads == 1  # all wrapped: the header says so
+    rec.add(entry(4))  # from C++
     rec.add(entry(5))
     p.poll()
-    assert [s for w, _c, s, _t in tracer.ops if w == "issued"] == [2, 3, 4]
-    assert p.stats.entries == 5 and p.stats.deduped == 2  # 0, 1: wrapped
+    rec.add(entry(6))
+    p.poll()
+    assert [s for w, _c, s, _t in tracer.ops if w == "issued"] == [3, 4, 5]
+    assert p.stats.entries == 6 and p.stats.deduped == 3  # 0, 1, 2: wrapped
 
 
 def test_mismatched_numbering_is_counted() -> None:
@@ -237,9 +242,12 @@ def test_gloo_counts_point_to_point_in_its_status() -> None:
     p, _tracer, _clock = poller(rec, {"0": ref})
     ref.wrapped[0] = 16
     rec.add(entry(1))
-    rec.status["0"]["last_enqueued_collective"] = 2  # one send counted too
     p.poll()
-    assert p.stats.reads == 0
+    ref.wrapped[1] = 16
+    rec.add(entry(2))
+    rec.status["0"]["last_enqueued_collective"] = 3  # one send counted too
+    p.poll()
+    assert p.stats.reads == 1 and ref.known == 2
 
 
 def test_other_groups_unknown_groups_and_failures() -> None:
@@ -330,3 +338,19 @@ def test_recorded_copy_is_not_mutated() -> None:
     before = copy.deepcopy(doc)
     [fr_op(e) for e in doc["entries"]]
     assert doc == before
+
+
+def test_a_group_made_again_under_the_same_name() -> None:
+    """destroy + init again in one process: the old group's status stays."""
+    rec, ref = FakeRecorder(), world_ref()
+    for seq in (1, 2, 3):
+        rec.add(entry(seq))  # the first group "0" (id 0), before tracing
+    p, tracer, _clock = poller(rec, {"0": ref})
+    p.start()
+    for seq in (1, 2):
+        rec.add(dict(entry(seq), pg_id=1), pg="1")  # the new group "0" (id 1)
+    p.poll()
+    assert [s for w, _c, s, _t in tracer.ops if w == "issued"] == [0, 1]
+    assert ref.known == 2 and p.stats.lost == 0
+    p.poll()
+    assert p.stats.reads == 1  # the old id's count is not read as unread
