@@ -280,8 +280,12 @@ def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
         return False
 
 
-def check_bootstrap(bootstrap: str, timeout_s: float = 5.0) -> None:
+def check_bootstrap(
+    bootstrap: str, timeout_s: float = 5.0, extra: Mapping[str, str] | None = None
+) -> None:
     """Check that the broker at ``host:port[,...]`` answers a metadata request.
+
+    ``extra``: more librdkafka settings of the check (TLS, SASL).
 
     Raises:
         BrokerError: nothing listens there or no broker answered in time.
@@ -291,7 +295,7 @@ def check_bootstrap(bootstrap: str, timeout_s: float = 5.0) -> None:
         raise BrokerError(
             f"nothing accepts connections at {bootstrap!r}; start a broker"
         )
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap} | dict(extra or {}))
     try:
         brokers = admin.list_topics(timeout=timeout_s).brokers
     except KafkaException as exc:

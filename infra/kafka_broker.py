@@ -180,15 +180,33 @@ class KafkaBroker(LocalService):
         formatted = (data_dir / "meta.properties").is_file()
         if self._ports is None and formatted and config.is_file():
             old = kp.parse_properties(config.read_text("utf-8"))
-            self._ports = kp.ports_from_properties(old)
+            self._ports = self._ports_from(old)
         if self._ports is None:
             self._ports = kp.pick_free_ports()
-        rendered = kp.render_properties(kp.server_properties(self._ports, data_dir))
+        rendered = kp.render_properties(self._server_properties(self._ports, data_dir))
         config.write_text(rendered, "utf-8")
         self._log4j.write_text(_resource_text("log4j2.properties"), "utf-8")
         if not formatted:
             self._format(java, jars, config)
         return config
+
+    def _server_properties(
+        self, ports: kp.BrokerPorts, data_dir: Path
+    ) -> dict[str, str]:
+        """The broker's ``server.properties`` (a subclass adds listeners, ACLs)."""
+        return kp.server_properties(ports, data_dir)
+
+    def _ports_from(self, props: dict[str, str]) -> kp.BrokerPorts:
+        """The ports of an earlier start, read back from its properties."""
+        return kp.ports_from_properties(props)
+
+    def _format_args(self) -> list[str]:
+        """More ``StorageTool format`` arguments (a subclass adds SCRAM users)."""
+        return []
+
+    def _client_config(self) -> dict[str, str]:
+        """librdkafka settings of the readiness check beyond the bootstrap."""
+        return {}
 
     @property
     def _log4j(self) -> Path:
@@ -201,6 +219,7 @@ class KafkaBroker(LocalService):
     def _format(self, java: str, jars: Path, config: Path) -> None:
         cid = kp.new_cluster_id()
         tool = ["kafka.tools.StorageTool", "format", "-t", cid, "-c", str(config)]
+        tool += self._format_args()
         logger.info("formatting KRaft storage in %s (cluster %s)", self._workdir, cid)
         with self.log_path.open("ab") as out:
             done = subprocess.run(
@@ -214,7 +233,8 @@ class KafkaBroker(LocalService):
         if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
             return False
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            config = {"bootstrap.servers": self.bootstrap} | self._client_config()
+            self._admin = AdminClient(config)
         try:
             return len(self._admin.list_topics(timeout=2).brokers) >= 1
         except KafkaException:

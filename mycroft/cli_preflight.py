@@ -41,8 +41,11 @@ def _kafka(command: str, argv: Sequence[str]) -> Failure | None:
     address, setting = broker_setting(command, argv)
     if not address:
         return None  # the command itself says that one is needed
+    extra = _kafka_security(command, argv)
+    if extra is None:
+        return None  # invalid security settings: the command itself says so
     try:
-        check_bootstrap(address, timeout_s=CHECK_TIMEOUT_S)
+        check_bootstrap(address, timeout_s=CHECK_TIMEOUT_S, extra=extra)
     except BrokerError as exc:
         answer = "nothing accepts connections" if "nothing" in str(exc) else str(exc)
         return Failure(
@@ -52,6 +55,18 @@ def _kafka(command: str, argv: Sequence[str]) -> Failure | None:
             "running one",
         )
     return None
+
+
+def _kafka_security(command: str, argv: Sequence[str]) -> dict[str, str] | None:
+    """The command's TLS/SASL client settings (``--security-protocol`` ...)."""
+    from mycroft.errors import ConfigError  # noqa: PLC0415
+    from mycroft.kafka_security import security_from_argv  # noqa: PLC0415
+
+    prefix = "MYCROFT_STREAMS__" if command == "streams" else "MYCROFT_"
+    try:
+        return security_from_argv(argv, os.environ, prefix).librdkafka()
+    except ConfigError:
+        return None
 
 
 def _opensearch(argv: Sequence[str]) -> Failure | None:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mycroft.errors import ConfigError, MycroftError, SinkError
+from mycroft.kafka_security import add_flags as add_security_flags
+from mycroft.kafka_security import security_from
 from mycroft.schemas.records import Anomaly, Heartbeat, RootCause
 from mycroft.sinks.base import JobWatcher, Sink, SinkRecord
 from mycroft.stop_signal import StopSignal
@@ -242,6 +244,7 @@ def _parser(env: dict[str, str]) -> argparse.ArgumentParser:
         default=int(env.get("MYCROFT_SINKS__RETRIES", "8")),
         help="attempts per write before exiting uncommitted (default 8)",
     )
+    add_security_flags(p, "MYCROFT_")
     return p  # fmt: skip
 
 
@@ -286,7 +289,7 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     consumer = DecodingConsumer(
         args.bootstrap, args.group,
         [topics.anomaly, topics.rootcause, topics.heartbeat],
-        topics.deadletter, auto_commit=False,
+        topics.deadletter, auto_commit=False, extra=_kafka_extra(args),
     )  # fmt: skip
 
     forwarder = Forwarder(
@@ -307,6 +310,11 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
             close()
     logger.info("stopped: %s", forwarder.stats)
     return code
+
+
+def _kafka_extra(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka security settings of the flags, then ``MYCROFT_*`` variables."""
+    return dict(security_from(vars(args), os.environ, "MYCROFT_").librdkafka())
 
 
 def _lag_groups(args: argparse.Namespace) -> list[str]:
@@ -366,7 +374,9 @@ def _lag_monitor(
     from mycroft.sinks.lag import LagMonitor  # noqa: PLC0415
 
     raw = [topics.topology, topics.state, topics.completion, topics.heartbeat]
-    monitor = LagMonitor(args.bootstrap, groups, raw, registry)
+    monitor = LagMonitor(
+        args.bootstrap, groups, raw, registry, extra=_kafka_extra(args)
+    )
     monitor.start()
     logger.info("exporting the lag of %s", ", ".join(groups))
     return monitor

@@ -46,6 +46,7 @@ from mycroft.schemas.records import (
 )
 from mycroft.streams.core.event_time import Source
 from mycroft.streams.core.host_clocks import HostClocks
+from mycroft.streams.faust_auth import faust_auth
 from mycroft.streams.faust_runtime import (
     MAX_MESSAGE_BYTES,
     Engine,
@@ -210,7 +211,7 @@ def faust_config(settings: StreamSettings) -> dict[str, Any]:
         "consumer_auto_offset_reset": "earliest",
         "producer_max_request_size": MAX_MESSAGE_BYTES,
         "stream_buffer_maxsize": 4096,
-    }
+    } | faust_auth(settings.security)
 
 
 class Pipeline:

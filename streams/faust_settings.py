@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from mycroft.errors import ConfigError
+from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, add_flags, security_from
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _HOSTPORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
@@ -56,6 +57,9 @@ class StreamSettings:
             event time (``streams/core/event_time.py``) whatever the pace
             its records are published at. Still accepted (0.01..100) so
             that existing command lines and configs keep working.
+        security: TLS and SASL settings of every Kafka client of the
+            worker (``--security-protocol`` ... or
+            ``MYCROFT_STREAMS__SECURITY_PROTOCOL`` ...; ``infra/SECURITY.md``).
     """
 
     bootstrap: str
@@ -75,6 +79,7 @@ class StreamSettings:
     stage: str = "single"
     comm_groups: int = 8
     trace_speed: float = 1.0
+    security: KafkaSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
         servers = self.bootstrap.split(",") if self.bootstrap else []
@@ -169,6 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace-speed", type=float, help="deprecated, ignored: verdicts use event time"
     )
+    add_flags(p, ENV_PREFIX)
     return p
 
 
@@ -198,7 +204,10 @@ def parse_settings(
     ns = vars(_parser().parse_args(list(argv)))
     command = ns.pop("command")
     values: dict[str, object] = {}
+    values["security"] = security_from(ns, env, ENV_PREFIX)
     for f in fields(StreamSettings):
+        if f.name == "security":
+            continue
         flag = ns.get(f.name)
         if f.name == "rates" and flag is not None:
             flag = flag == "on"
@@ -217,7 +226,17 @@ def to_argv(settings: StreamSettings) -> list[str]:
     argv = ["worker"]
     for f in fields(StreamSettings):
         value = getattr(settings, f.name)
+        if f.name == "security":
+            continue
         if f.name == "rates":
             value = "on" if value else "off"
         argv += [f"--{f.name.replace('_', '-')}", str(value)]
-    return argv
+    return argv + settings.security.to_flags()
+
+
+def child_env(settings: StreamSettings) -> dict[str, str]:
+    """Variables a child worker of ``settings`` needs beyond :func:`to_argv`:
+    the SASL password, which never goes on a command line."""
+    if not settings.security.sasl:
+        return {}
+    return {ENV_PREFIX + "SASL_PASSWORD": settings.security.password.reveal()}

@@ -41,7 +41,10 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
         BrokerError: the broker refused a topic.
     """
     topics = TopicSet(settings.prefix, settings.partitions)
-    created = create_topics(settings.bootstrap, topics, timeout_s=timeout_s)
+    extra = settings.security.librdkafka()
+    created = create_topics(
+        settings.bootstrap, topics, timeout_s=timeout_s, extra=extra
+    )
     new = [
         NewTopic(
             tick_topic(settings),
@@ -62,4 +65,6 @@ def ensure_topics(settings: StreamSettings, timeout_s: float = 30.0) -> list[str
         )
         for table, policy in TABLES.items()
     ]
-    return created + create_missing(settings.bootstrap, new, timeout_s=timeout_s)
+    return created + create_missing(
+        settings.bootstrap, new, timeout_s=timeout_s, extra=extra
+    )

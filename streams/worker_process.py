@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from mycroft.errors import MycroftError
-from mycroft.streams.faust_settings import StreamSettings, to_argv
+from mycroft.streams.faust_settings import StreamSettings, child_env, to_argv
 
 READY_MARK = "[^Worker]: Ready"
 """What Faust logs once the worker consumes."""
@@ -44,7 +44,7 @@ class WorkerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=os.environ | {"PYTHONUNBUFFERED": "1"},
+                env=os.environ | {"PYTHONUNBUFFERED": "1"} | child_env(self.settings),
             )
         self.wait_log(READY_MARK, timeout_s, start)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import logging
 import os
@@ -14,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from mycroft import kafka_security
 from mycroft.errors import ConfigError
 from mycroft.producers.agent import config
 from mycroft.producers.agent.daemon import Agent
@@ -25,6 +27,8 @@ from mycroft.stop_signal import StopSignal
 from mycroft.topics import TopicSet
 
 log = logging.getLogger(__name__)
+
+_SECURITY_KEYS = set(kafka_security.KEYS)
 
 _FLAGS: tuple[tuple[str, type, str], ...] = (
     ("job-id", str, "training job id (Kafka key)"),
@@ -72,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable)",
     )
+    kafka_security.add_flags(p, "MYCROFT_")
     return p
 
 
@@ -82,6 +87,9 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
         Path(env["MYCROFT_CONFIG"]) if env.get("MYCROFT_CONFIG") else None
     )
     file_values = config.read_file(path) if path else {}
+    file_security = {
+        k: file_values.pop(k) for k in list(file_values) if k in _SECURITY_KEYS
+    }
     flags: dict[str, Any] = {
         n.replace("-", "_"): getattr(args, n.replace("-", "_")) for n, _, _ in _FLAGS
     }
@@ -93,7 +101,11 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
         kafka[key.strip()] = value
     if kafka:
         flags["kafka"] = kafka
-    return config.build(file_values, config.from_env(env), flags)
+    security = kafka_security.security_from(
+        vars(args), env, "MYCROFT_", {k: str(v) for k, v in file_security.items()}
+    )
+    settings = config.build(file_values, config.from_env(env), flags)
+    return dataclasses.replace(settings, security=security)
 
 
 def build_agent(s: config.Settings, registry: CollectorRegistry | None) -> Agent:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mycroft.errors import ConfigError
+from mycroft.kafka_security import PLAINTEXT, KafkaSecurity
 
 SOURCES = ("ring", "sim", "replay")
 _SECRET_WORDS = ("password", "secret", "token", "credential", "jaas", "pem", "key.pem")
@@ -55,15 +56,18 @@ class Settings:
     duration_s: float = 0.0
     log_level: str = "INFO"
     kafka: Mapping[str, str] = field(default_factory=dict)
+    security: KafkaSecurity = PLAINTEXT
 
     def kafka_config(self) -> dict[str, Any]:
         """librdkafka settings beyond ``producer_config`` (security, timeouts)."""
-        return {"message.timeout.ms": self.delivery_timeout_ms} | dict(self.kafka)
+        timeout = {"message.timeout.ms": self.delivery_timeout_ms}
+        return self.security.librdkafka() | timeout | dict(self.kafka)
 
     def redacted(self) -> dict[str, Any]:
         """The settings as a dict with every secret masked (for logs)."""
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, security=PLAINTEXT))
         out["kafka"] = masked(self.kafka)
+        out["security"] = self.security.redacted()
         return out
 
 
@@ -95,7 +99,7 @@ def read_file(path: Path) -> dict[str, Any]:
 
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:
     """``MYCROFT_<FIELD>`` and ``MYCROFT_KAFKA__<PROP_WITH_UNDERSCORES>`` variables."""
-    names = {f.name for f in fields(Settings)} - {"kafka"}
+    names = {f.name for f in fields(Settings)} - {"kafka", "security"}
     out: dict[str, Any] = {}
     kafka: dict[str, str] = {}
     for var, value in env.items():
