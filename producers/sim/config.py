@@ -83,8 +83,9 @@ class Hardware:
             raise ConfigError(f"runahead={self.runahead} must be in [0, 1]")
 
 
-SCHEDULES = ("gpipe", "1f1b")
-"""Pipeline schedules: GPipe (all forwards, then all backwards) and 1F1B."""
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+"""Pipeline schedules: GPipe (all forwards, then all backwards), 1F1B, and
+Megatron's interleaved 1F1B over ``virtual_stages`` model chunks per stage."""
 
 
 @dataclass(frozen=True)
@@ -142,12 +143,18 @@ class Workload:
     straggler_slowdown: float = 0.3
     schedule: str = "gpipe"
     dp_allreduce: bool = False
+    virtual_stages: int = 1
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
         if self.schedule not in SCHEDULES:
             raise ConfigError(
                 f"schedule={self.schedule!r} is not one of {', '.join(SCHEDULES)}"
+            )
+        if (self.schedule == "interleaved-1f1b") != (self.virtual_stages > 1):
+            raise ConfigError(
+                "virtual_stages > 1 goes with schedule='interleaved-1f1b' "
+                f"(got {self.virtual_stages} with {self.schedule!r})"
             )
         if self.micro_batches < 1 or self.tp_allreduces < 1:
             raise ConfigError("micro_batches and tp_allreduces must be >= 1")
@@ -204,6 +211,12 @@ class SimConfig:
         self.noise.validate()
         if min(self.tp, self.pp, self.dp) < 1:
             raise ConfigError("--tp, --pp and --dp must all be >= 1")
+        wl = self.workload
+        if wl.virtual_stages > 1 and (self.pp < 2 or wl.micro_batches % self.pp):
+            raise ConfigError(
+                "interleaved 1F1B needs --pp >= 2 and micro_batches a multiple "
+                f"of pp (pp={self.pp}, micro_batches={wl.micro_batches})"
+            )
         if self.order not in ORDERS:
             raise ConfigError(f"order={self.order!r} is not one of {', '.join(ORDERS)}")
         gph = self.hardware.gpus_per_host

@@ -8,7 +8,8 @@ Megatron order, TP innermost, then DP, then PP (``SimConfig.order``
 ``grid[p, d, t]`` holds the global rank. Communicators: one per TP group
 ``(p, d)``, one per DP group ``(p, t)``, and one per adjacent pipeline pair
 ``(p, p+1)`` of each ``(d, t)`` (the pair carries forward activations and
-backward gradients). Communicators of one rank never share a slot; the slot
+backward gradients; interleaved 1F1B adds the pair ``(pp-1, 0)``).
+Communicators of one rank never share a slot; the slot
 table lists every rank x communicator pair sorted by host, rank, comm.
 """
 
@@ -124,6 +125,11 @@ def build_layout(cfg: SimConfig) -> Layout:
         )
         for p in range(cfg.pp - 1)
     )
+    if cfg.workload.virtual_stages > 1:
+        # Interleaved 1F1B: the last stage's chunk feeds the first stage's
+        # next chunk, so the pipeline closes into a ring (pair pp-1 -> 0).
+        wrap = np.stack([grid[-1].ravel(), grid[0].ravel()], axis=1)
+        pp += (_group(cfg, "pp", wrap, (cfg.pp - 1) * cfg.dp * cfg.tp),)
     roles = [(TP, tp), (DP, dp)]
     roles += [(PP_NEXT, g) for g in pp] + [(PP_PREV, g) for g in pp]
     slot_rank, slot_comm, slot_of = _slots(n, roles)

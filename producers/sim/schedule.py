@@ -1,6 +1,7 @@
 """The training program of every rank: micro-batches, then the DP step.
 
-The micro-batches run as GPipe (default) or 1F1B (``Workload.schedule``).
+The micro-batches run as GPipe (default), 1F1B or interleaved 1F1B over
+``virtual_stages`` model chunks (``Workload.schedule``).
 
 One iteration, all stages at once (each call covers every DP x TP replica)::
 
@@ -23,6 +24,9 @@ backward, then drains the remaining backwards. The stages' sequences are
 merged in passes over ``s = 0..pp-1``, taking each stage's next step once
 its input exists; a step pulls the pipeline transfer that feeds it, so the
 sender's side of the pair sits where the sender's program had got to.
+Interleaved 1F1B merges the same way over ``(forward, chunk, micro-batch)``
+steps: chunk ``c`` of stage 0 is fed by chunk ``c - 1`` of stage ``pp - 1``
+(forward) over the wrap pair, and the reverse going backward.
 """
 
 from __future__ import annotations
@@ -39,6 +43,24 @@ from mycroft.producers.sim.tree import tree_allreduce
 RUNAHEAD = 0.8
 """Default fraction of the preceding compute during which the CPU enqueues the
 next op (``Hardware.runahead``)."""
+
+
+def interleaved(pp: int, m: int, v: int, s: int) -> list[tuple[bool, int, int]]:
+    """Stage ``s``'s interleaved 1F1B order over ``v`` model chunks:
+    ``(forward, chunk, micro-batch)`` per step (Megatron's schedule)."""
+    total = m * v
+
+    def step(k: int, forward: bool) -> tuple[bool, int, int]:
+        chunk = k % (pp * v) // pp
+        mb = k // (pp * v) * pp + k % pp
+        return forward, chunk if forward else v - 1 - chunk, mb
+
+    warm = min((pp - s - 1) * 2 + (v - 1) * pp, total)
+    out = [step(k, True) for k in range(warm)]
+    for i in range(total - warm):
+        out += [step(warm + i, True), step(i, False)]
+    out += [step(i, False) for i in range(total - warm, total)]
+    return out
 
 
 def one_f_one_b(pp: int, m: int, s: int) -> list[tuple[bool, int]]:
@@ -94,7 +116,7 @@ class Schedule:
     def iteration(self) -> None:
         """Schedule one full training iteration of every rank."""
         m, pp = self.wl.micro_batches, self.cfg.pp
-        if self.wl.schedule == "1f1b":
+        if self.wl.schedule != "gpipe":
             self._one_f_one_b()
             self._data_parallel()
             self.iterations += 1
@@ -113,35 +135,47 @@ class Schedule:
         self.iterations += 1
 
     def _one_f_one_b(self) -> None:
-        m, pp = self.wl.micro_batches, self.cfg.pp
-        order = [one_f_one_b(pp, m, s) for s in range(pp)]
+        m, pp, v = self.wl.micro_batches, self.cfg.pp, self.wl.virtual_stages
+        order = [
+            interleaved(pp, m, v, s)
+            if v > 1
+            else [(f, 0, j) for f, j in one_f_one_b(pp, m, s)]
+            for s in range(pp)
+        ]
         pos = [0] * pp
-        fwd_done = [[False] * m for _ in range(pp)]
-        bwd_done = [[False] * m for _ in range(pp)]
+        done: set[tuple[bool, int, int, int]] = set()
         while any(pos[s] < len(order[s]) for s in range(pp)):
             moved = False
             for s in range(pp):
                 if pos[s] == len(order[s]):
                     continue
-                forward, j = order[s][pos[s]]
-                if forward and s > 0 and not fwd_done[s - 1][j]:
+                forward, c, j = order[s][pos[s]]
+                feed = self._feed(s, forward, c)
+                if feed is not None and (forward, *feed, j) not in done:
                     continue
-                if not forward and s < pp - 1 and not bwd_done[s + 1][j]:
-                    continue
-                if forward:
-                    if s > 0:
-                        self._pipe(s - 1, forward=True)
-                    self._stage(s, self.wl.fwd_compute_s)
-                    fwd_done[s][j] = True
-                else:
-                    if s < pp - 1:
-                        self._pipe(s, forward=False)
-                    self._stage(s, self.wl.bwd_compute_s)
-                    bwd_done[s][j] = True
+                if feed is not None:
+                    # The pair feeding s; pair pp-1 is the wrap (pp-1, 0).
+                    wrap = s == 0 if forward else s == pp - 1
+                    self._pipe(pp - 1 if wrap else s - forward, forward)
+                seconds = self.wl.fwd_compute_s if forward else self.wl.bwd_compute_s
+                self._stage(s, seconds / v, v)
+                done.add((forward, s, c, j))
                 pos[s] += 1
                 moved = True
             if not moved:
                 raise RuntimeError("1F1B schedule made no progress")
+
+    def _feed(self, s: int, forward: bool, c: int) -> tuple[int, int] | None:
+        """Stage and chunk whose step feeds ``(forward, s, c)`` (None: the
+        first chunk's forward on stage 0, the last's backward on pp-1)."""
+        pp, v = self.cfg.pp, self.wl.virtual_stages
+        if forward:
+            if s > 0:
+                return s - 1, c
+            return (pp - 1, c - 1) if c > 0 else None
+        if s < pp - 1:
+            return s + 1, c
+        return (0, c + 1) if c < v - 1 else None
 
     def _compute(self, ranks: np.ndarray, seconds: float) -> None:
         t = self.ready[ranks]
@@ -165,11 +199,14 @@ class Schedule:
         self.segment[ranks] = 0.0
         return t
 
-    def _stage(self, s: int, seconds: float) -> None:
+    def _stage(self, s: int, seconds: float, chunks: int = 1) -> None:
+        """One pass of stage ``s`` (one of ``chunks`` model chunks: its share
+        of the layers, so of the TP all-reduces)."""
         grid = self.layout.grid[s]
         ranks = grid.reshape(-1, self.cfg.tp)
-        for _ in range(self.wl.tp_allreduces):
-            self._compute(grid, seconds / self.wl.tp_allreduces)
+        count = max(1, self.wl.tp_allreduces // chunks)
+        for _ in range(count):
+            self._compute(grid, seconds / count)
             if self.cfg.tp > 1:
                 rows = np.arange(s * self.cfg.dp, (s + 1) * self.cfg.dp)
                 self._ring("allreduce", TP, ranks, rows, self.wl.tp_bytes)
