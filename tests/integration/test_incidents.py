@@ -244,3 +244,34 @@ def test_follow_json_runs_until_interrupted(published: tuple[str, str]) -> None:
     assert doc["event"] == "new"
     assert doc["root_cause"]["incident_id"] == "job-d:json"
     assert doc["root_cause"]["culprits"][0]["subject"] == "rank 2 on node-1"
+
+
+def test_follow_shows_the_demo_incident_live(kafka_bootstrap: str) -> None:
+    from mycroft.demo import _parser, run  # noqa: PLC0415 (starts a worker)
+
+    argv = ["incidents", "follow", "--bootstrap", kafka_bootstrap,
+            "--job", "demo-job", "--no-anomalies"]  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-m", "mycroft", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stderr is not None and proc.stdout is not None
+            assert "following incidents" in proc.stderr.readline()
+            demo = io.StringIO()
+            args = _parser().parse_args(
+                ["--bootstrap", kafka_bootstrap, "--duration", "16",
+                 "--fault", "gpu-hang:at=6"]
+            )  # fmt: skip
+            assert run(args, demo) == 0, demo.getvalue()
+            headline = proc.stdout.readline()
+            where = proc.stdout.readline()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "ROOT CAUSE rev 0: hang -> rank" in headline
+    assert "of job demo-job" in where
+    incident = where.split()[1]
+    assert incident in demo.getvalue()  # the demo printed the same incident
