@@ -47,6 +47,7 @@ class Hardware:
     jitter: float = 0.03
     clock_drift_ppm: float = 0.0
     runahead: float = 0.8
+    runahead_ops: int = 0
     counters: str = "fluid"
     allreduce: str = "ring"
 
@@ -81,6 +82,8 @@ class Hardware:
             )
         if not 0 <= self.runahead <= 1:
             raise ConfigError(f"runahead={self.runahead} must be in [0, 1]")
+        if not 0 <= self.runahead_ops <= 16:
+            raise ConfigError(f"runahead_ops={self.runahead_ops} must be in [0, 16]")
 
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")

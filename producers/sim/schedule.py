@@ -43,6 +43,11 @@ from mycroft.producers.sim.tree import tree_allreduce
 RUNAHEAD = 0.8
 """Default fraction of the preceding compute during which the CPU enqueues the
 next op (``Hardware.runahead``)."""
+CPU_OP_S = 50e-6
+CPU_OP_FRAC = 0.05
+"""Under ``Hardware.runahead_ops`` the CPU spends ``CPU_OP_S`` plus this
+fraction of the GPU's compute before an op on launching it (a GPU-bound
+job's Python is about 20x faster than its kernels)."""
 
 
 def interleaved(pp: int, m: int, v: int, s: int) -> list[tuple[bool, int, int]]:
@@ -106,6 +111,10 @@ class Schedule:
         self.pp_seq = [np.zeros(len(g.comm), dtype=np.int64) for g in layout.pp]
         self.blocks: list[OpBlock] = []
         self.iterations = 0
+        # Run-ahead in ops: start times of each rank's last `ahead` ops.
+        self.ahead = cfg.hardware.runahead_ops
+        self.queue = np.full((max(self.ahead, 1), n), -np.inf)
+        self.nops = np.zeros(n, dtype=np.int64)
 
     @property
     def horizon_s(self) -> float:
@@ -119,7 +128,7 @@ class Schedule:
         if self.wl.schedule != "gpipe":
             self._one_f_one_b()
             self._data_parallel()
-            self.iterations += 1
+            self._end_iteration()
             return
         for _ in range(m):
             for s in range(pp):
@@ -132,6 +141,12 @@ class Schedule:
                     self._pipe(s, forward=False)
                 self._stage(s, self.wl.bwd_compute_s)
         self._data_parallel()
+        self._end_iteration()
+
+    def _end_iteration(self) -> None:
+        if self.ahead:
+            # The loss / grad-norm read at the end of a step syncs the CPU.
+            self.cpu = np.maximum(self.cpu, self.ready)
         self.iterations += 1
 
     def _one_f_one_b(self) -> None:
@@ -190,9 +205,19 @@ class Schedule:
         self.segment[ranks] = duration
 
     def _issue(self, ranks: np.ndarray) -> np.ndarray:
-        """CPU enqueue times of the next op of ``ranks`` (stalls applied)."""
-        ahead = self.ready[ranks] - self.cfg.hardware.runahead * self.segment[ranks]
-        t = np.maximum(self.cpu[ranks], ahead)
+        """CPU enqueue times of the next op of ``ranks`` (stalls applied).
+
+        By default the CPU enqueues the op during the compute before it
+        (``runahead`` of it); with ``runahead_ops = N`` it runs on and
+        enqueues op ``k`` once the GPU has started op ``k - N``.
+        """
+        if self.ahead:
+            busy = CPU_OP_S + CPU_OP_FRAC * self.segment[ranks]
+            queued = self.queue[self.nops[ranks] % self.ahead, ranks]
+            t = np.maximum(self.cpu[ranks] + busy, queued)
+        else:
+            ahead = self.ready[ranks] - self.cfg.hardware.runahead * self.segment[ranks]
+            t = np.maximum(self.cpu[ranks], ahead)
         t = self.fx.take_stall(ranks, t)
         t = np.where(t > self.fx.proc_dead[ranks], np.inf, t)
         self.cpu[ranks] = t
@@ -257,6 +282,9 @@ class Schedule:
             [PP_NEXT, PP_PREV] if forward else [PP_PREV, PP_NEXT], len(pairs)
         )
         self._add(block, roles)
+        if self.ahead:
+            # Megatron waits for a pipeline exchange before going on.
+            self.cpu[block.rank] = np.maximum(self.cpu[block.rank], block.end)
         self.pp_seq[p] += 1
 
     def _data_parallel(self) -> None:
@@ -277,5 +305,8 @@ class Schedule:
     def _add(self, block: OpBlock, role: int | np.ndarray) -> None:
         block.slot = self.layout.slot_of[block.rank, role]
         self.ready[block.rank] = block.end
+        if self.ahead:
+            self.queue[self.nops[block.rank] % self.ahead, block.rank] = block.start
+            self.nops[block.rank] += 1
         if np.isfinite(block.issue).any():
             self.blocks.append(block)
