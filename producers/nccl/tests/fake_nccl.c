@@ -18,6 +18,7 @@
  *   state ID STATE TRANSSIZE
  *   stop ID
  *   flush | tick | fin CID       (flush: write everything now; tick: one timed tick)
+ *   sleep MS                     (pace the script in real time, for the tick thread)
  * A start whose handle came back NULL leaves ID null; events on a null ID are not sent,
  * as NCCL skips the children of an event the plugin ignored. */
 
@@ -370,6 +371,11 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(w[0], "flush")) {
       if (flush) flush();
+      continue;
+    }
+    if (!strcmp(w[0], "sleep")) {
+      struct timespec ts = {.tv_sec = id / 1000, .tv_nsec = (id % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
       continue;
     }
     if (!strcmp(w[0], "tick")) {

@@ -131,6 +131,10 @@ class Script:
         """Make the plugin write everything pending (one tick)."""
         self.lines.append("flush")
 
+    def sleep(self, ms: int) -> None:
+        """Pause the script ``ms`` milliseconds (real time, for the tick thread)."""
+        self.lines.append(f"sleep {ms}")
+
     def tick(self) -> None:
         """One timed tick, as the plugin's tick thread runs it."""
         self.lines.append("tick")
