@@ -1,20 +1,20 @@
-"""``mycroft incidents list|show|follow``: the incidents Mycroft found, from Kafka.
+"""mycroft incidents list|show|follow: the incidents Mycroft found, from Kafka.
 
-Reads the root-cause and anomaly topics (and, for ``show``, the topology
+Reads the root-cause and anomaly topics (and, for show, the topology
 topic) with the project's decoding consumer, under a consumer group of its
 own that commits nothing.
 
-* ``list``: open incidents and those revised in the last ``--since`` seconds,
-  of one job (``--job``) or all jobs, oldest first.
-* ``show ID``: one incident whole (ID, or a unique part of it).
-* ``follow``: a live console: each new incident, each revision and each
+* list: open incidents and those revised in the last --since seconds,
+  of one job (--job) or all jobs, oldest first.
+* show ID: one incident whole (ID, or a unique part of it).
+* follow: a live console: each new incident, each revision and each
   anomaly as it arrives (the demo prints through the same code). What was on
-  the topics before it started is read silently first (``--from-beginning``
+  the topics before it started is read silently first (--from-beginning
   prints it too). Ctrl-C stops it.
 
-``--json`` prints JSON instead: one document for ``list`` and ``show``, one
-JSON object per line for ``follow``. An incident is open while its latest
-revision is younger than ``--ttl`` seconds.
+--json prints JSON instead: one document for list and show, one
+JSON object per line for follow. An incident is open while its latest
+revision is younger than --ttl seconds.
 """
 
 from __future__ import annotations
@@ -140,18 +140,21 @@ def _parser() -> argparse.ArgumentParser:
     add = common.add_argument
     add(
         "--bootstrap",
+        metavar="HOST:PORT",
         default=env.get("MYCROFT_BOOTSTRAP"),
         help="Kafka bootstrap servers (env MYCROFT_BOOTSTRAP)",
     )
     add(
         "--topic-prefix",
+        metavar="PREFIX",
         default=env.get("MYCROFT_TOPIC_PREFIX", ""),
         help="namespace prefix of the topics (env MYCROFT_TOPIC_PREFIX)",
     )
-    add("--job", help="only this job's incidents (default: every job)")
+    add("--job", metavar="JOB", help="only this job's incidents (default: every job)")
     add(
         "--ttl",
         type=float,
+        metavar="SECONDS",
         default=DEFAULT_TTL_S,
         help="seconds without a revision before an incident counts as closed "
         "(default 600)",
@@ -159,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--timeout",
         type=float,
+        metavar="SECONDS",
         default=30.0,
         help="seconds to wait for Kafka to hand out the topics (default 30)",
     )
@@ -173,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument(
         "--since",
         type=float,
+        metavar="SECONDS",
         default=86_400.0,
         help="also list incidents revised in the last SECONDS (default 86400)",
     )

@@ -263,7 +263,7 @@ def security_from_argv(
 ) -> KafkaSecurity:
     """:func:`security_from` for a command line of which only the security
     flags matter (checks made before the command parses its own)."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     add_flags(parser, env_prefix)
     known, _ = parser.parse_known_args(list(argv))
     return security_from(vars(known), env, env_prefix)

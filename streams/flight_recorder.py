@@ -282,7 +282,7 @@ def _missing_dump_culprits(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``DIR [--json] [--world-size N]``; 0 on success, 2 when DIR is unusable."""
+    """``DIR [--json] [--world-size N]``; 0 on success, 4 when DIR is unusable."""
     ap = argparse.ArgumentParser(prog="mycroft analyze --flight-recorder")
     ap.add_argument("dir", type=Path, help="folder of per-rank dumps <prefix><rank>")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         print(f"mycroft analyze: {args.dir} is not a folder of dumps", file=sys.stderr)
-        return 2
+        return 4  # bad input (README, exit codes)
     d = load_dir(args.dir, args.world_size)
     doc = analyze(d)
     if args.json:

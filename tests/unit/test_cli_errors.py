@@ -73,6 +73,13 @@ def test_a_directory(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None
     _check(*_run(capsys, "analyze", str(tmp_path)), INPUT, "Is a directory")
 
 
+def test_a_flight_recorder_folder_that_does_not_exist(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _check(*_run(capsys, "analyze", "--flight-recorder", "/no/such"), INPUT,
+           "/no/such is not a folder of dumps")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "content",
     [b"", os.urandom(300), b"MYC"],

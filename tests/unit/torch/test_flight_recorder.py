@@ -133,7 +133,7 @@ def test_bad_files_are_reported_not_fatal(
     assert fr.main([str(tmp_path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["flight_recorder"]["dumps"] == [0]
-    assert fr.main([str(tmp_path / "nope")]) == 2
+    assert fr.main([str(tmp_path / "nope")]) == 4
 
 
 def test_empty_folder(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_analyze_command_reads_flight_recorder_dumps(
     assert mycroft([*argv, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["root_causes"][0]
     assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")
-    assert mycroft(["analyze", "--flight-recorder", str(tmp_path / "missing")]) == 2
+    assert mycroft(["analyze", "--flight-recorder", str(tmp_path / "missing")]) == 4
 
 
 def test_order_deadlock_blames_the_minority_issue_order(tmp_path: Path) -> None:
