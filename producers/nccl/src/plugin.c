@@ -149,6 +149,14 @@ static uint64_t p2p_comm_id(uint64_t hash, int src, int dst) {
 
 /* ---- setup (first init) ---- */
 
+/* A child forked after the first init shares the parent's ring mapping: a second writer would
+ * corrupt it, so the child's communicators run without the plugin. */
+static void on_fork_child(void) {
+  g.ok = 0;
+  snprintf(g.error, sizeof(g.error), "the process forked after the first init (the ring is the parent's)");
+  atomic_store(&g.logged, 0);
+}
+
 static void setup_once(void) {
   g.pid = getpid();
   g.ncomms = (int)env_long("MYCROFT_NCCL_COMMS", 64, 1, 1 << 16);
@@ -186,6 +194,7 @@ static void setup_once(void) {
              dir, strerror(err));
     return;
   }
+  pthread_atfork(NULL, NULL, on_fork_child);
   g.ok = 1;
 }
 

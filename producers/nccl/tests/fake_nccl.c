@@ -19,6 +19,7 @@
  *   stop ID
  *   flush | tick | fin CID       (flush: write everything now; tick: one timed tick)
  *   sleep MS                     (pace the script in real time, for the tick thread)
+ *   forkinit                     (a forked child inits a communicator and exits)
  * A start whose handle came back NULL leaves ID null; events on a null ID are not sent,
  * as NCCL skips the children of an event the plugin ignored. */
 
@@ -29,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../include/profiler_v4.h"
@@ -371,6 +373,19 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(w[0], "flush")) {
       if (flush) flush();
+      continue;
+    }
+    if (!strcmp(w[0], "forkinit")) {
+      fflush(stdout);
+      pid_t child = fork();
+      if (child == 0) {
+        void *cctx = NULL;
+        printf("child ");
+        do_init(&cctx, 0xC41D, 2, 0, 1, "child");
+        fflush(stdout);
+        _exit(0);
+      }
+      waitpid(child, NULL, 0);
       continue;
     }
     if (!strcmp(w[0], "sleep")) {

@@ -501,3 +501,29 @@ def test_bad_pool_size_disables(tmp_path: Path) -> None:
     r = run(s, tmp_path, env={"MYCROFT_NCCL_OPS": "lots"})
     assert r.stdout.startswith("init 3 mask 0")
     assert "MYCROFT_NCCL_" in r.stderr and r.rings == 0
+
+
+def test_flows_name_the_peer_as_ncclproxy_gives_it(tmp_path: Path) -> None:
+    """ProxyOp ``peer`` is the rank within the communicator, written unchanged."""
+    s = Script()
+    s.init(0, HASH, 4, 2, 2, "tp")
+    op = s.coll(0, seq=0, count=1024, nch=1)
+    f = s.proxyop(op, channel=0, peer=3, nsteps=1, send=True)
+    s.send_step(f, 0)
+    s.flush()
+    r = run(s, tmp_path, env={"RANK": "10"})
+    assert r.header is not None and r.header.rank == 10
+    assert _one(r.of(FlowProgress)).peer == 3
+
+
+def test_a_child_forked_after_init_does_not_write_the_parents_ring(
+    tmp_path: Path,
+) -> None:
+    s = Script()
+    _world(s)
+    s.lines.append("forkinit")
+    s.flush()
+    r = run(s, tmp_path)
+    assert "child init 3 mask 0" in r.stdout
+    assert "forked after the first init" in r.stderr
+    assert 0xC41D not in {c.comm for c in r.of(Comm)} and r.rings == 1
