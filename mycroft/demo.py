@@ -24,7 +24,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from mycroft.errors import MycroftError
 from mycroft.incident_console import Console
 from mycroft.incident_text import culprit_text
 from mycroft.kafka_client import DecodingConsumer, create_topics
@@ -212,9 +211,4 @@ def run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``mycroft demo``."""
-    args = _parser().parse_args(argv)
-    try:
-        return run(args)
-    except MycroftError as exc:
-        print(f"mycroft demo: {exc}", file=sys.stderr)
-        return 1
+    return run(_parser().parse_args(argv))  # failures: mycroft.cli_errors

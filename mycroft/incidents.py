@@ -26,7 +26,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO
 
 from confluent_kafka import KafkaException
@@ -37,6 +37,8 @@ from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
 from mycroft.incident_console import Console
 from mycroft.kafka_client import DecodingConsumer
+from mycroft.kafka_security import add_flags as add_security_flags
+from mycroft.kafka_security import security_from
 from mycroft.stop_signal import Stopper, StopSignal
 from mycroft.topics import TopicSet
 
@@ -50,6 +52,7 @@ class Source:
     bootstrap: str
     topics: TopicSet
     timeout_s: float = 30.0
+    extra: dict[str, str] = field(default_factory=dict)  # TLS/SASL settings
 
     def consumer(self, names: list[str]) -> DecodingConsumer:
         """A consumer of ``names`` from their beginning, in a group of its own."""
@@ -59,6 +62,7 @@ class Source:
             names,
             self.topics.deadletter,
             auto_commit=False,
+            extra=dict(self.extra),
         )
 
     def existing(self, names: list[str]) -> list[str]:
@@ -67,7 +71,7 @@ class Source:
         Raises:
             BrokerError: the broker gave no metadata within ``timeout_s``.
         """
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.extra})
         try:
             meta = admin.list_topics(timeout=min(self.timeout_s, 10.0))
         except KafkaException as exc:
@@ -167,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds to wait for Kafka to hand out the topics (default 30)",
     )
     add("--json", action="store_true", help="machine-readable output")
+    add_security_flags(common, "MYCROFT_")
     p = argparse.ArgumentParser(
         prog="mycroft incidents",
         description=__doc__,
@@ -248,7 +253,10 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     out = out or sys.stdout
     if not args.bootstrap:
         raise ConfigError(f"no Kafka to read incidents from: give {BOOTSTRAP_HINT}")
-    source = Source(args.bootstrap, TopicSet(args.topic_prefix), args.timeout)
+    security = security_from(vars(args), os.environ, "MYCROFT_")
+    source = Source(
+        args.bootstrap, TopicSet(args.topic_prefix), args.timeout, security.librdkafka()
+    )
     if args.action == "list":
         return _list(source, args, out)
     if args.action == "show":
