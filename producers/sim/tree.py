@@ -219,6 +219,8 @@ class TreeAllreduce:
             for c in st.kids[i]:
                 avail = np.maximum(avail, st.up[c].out[:, 2, 1, k])
             if st.parents[i] < 0:
+                if k:  # the root sums one slice after the other
+                    avail = np.maximum(avail, st.use_up[i, :, 1, k - 1])
                 b, e = self.consume(i, avail)
             else:
                 edge = st.up[i]
@@ -237,6 +239,8 @@ class TreeAllreduce:
                 first = st.down[(i, kids[0])].out
                 b, e = first[:, 0, 0, k], first[:, 0, 1, k]
             else:
+                if k:  # a leaf copies one slice out after the other
+                    avail = np.maximum(avail, st.use_down[i, :, 1, k - 1])
                 b, e = self.consume(i, avail)
             st.use_down[i, :, 0, k], st.use_down[i, :, 1, k] = b, e
 
