@@ -6,10 +6,11 @@ settings that turn on the opt-in behaviours (``producers/sim/README.md``),
 split in two halves that share no setting and no seed:
 
 * **tune**: the settings detection thresholds may be adjusted against;
-* **report**: other schedules (1F1B), slot counter semantics, layouts (4
-  GPUs per host, 1 GPU per NIC, TP 2), channel counts, slot sizes, sampling
-  periods, clock drift and noise levels, run only to report. Numbers
-  quoted for the analyzer come from this half.
+* **report**: other schedules (1F1B, interleaved 1F1B), the tree
+  all-reduce, slot counter semantics, layouts (4 GPUs per host, 1 GPU per
+  NIC, TP 2, a pipeline inside a host), channel counts, slot sizes,
+  sampling periods, clock drift and noise levels, run only to report.
+  Numbers quoted for the analyzer come from this half.
 
 Every fault type x seeds runs on every setting of a half, plus healthy runs;
 each run is simulated and analyzed in-process (``mycroft analyze``'s code
@@ -22,8 +23,8 @@ healthy runs, detection p90; per-fault aggregates go to the JSON. Usage::
     python bench/campaign_general.py --half tune --seeds 1 --duration 20 \\
         --healthy-runs 1 --healthy-duration 120 --out ..._tune.json  # reduced
 
-Full size: 13 faults x 3 seeds x 6 settings and 2 x 450 s healthy runs per
-report setting (30 simulated minutes over the report half).
+Full size: 14 faults x 3 seeds x 9 settings and 2 x 450 s healthy runs per
+setting (75 simulated minutes over the 5 report settings).
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Setting:
     noise: Noise = Noise()
     interval_ms: int = 100
     seed_base: int = 0
+    order: str = "tp-dp-pp"
 
     def config(self, seed: int, duration_s: float, job: str) -> SimConfig:
         """The simulator config of one run."""
@@ -93,6 +95,7 @@ class Setting:
             hardware=self.hardware,
             workload=self.workload,
             noise=self.noise,
+            order=self.order,
         )
 
 
@@ -117,6 +120,15 @@ SETTINGS: tuple[Setting, ...] = (
         1,
         8,
         Hardware(clock_drift_ppm=10, runahead=0.5),
+        seed_base=0,
+    ),
+    Setting(
+        "gpipe-8x2x4-ahead3",
+        "tune",
+        8,
+        2,
+        4,
+        Hardware(runahead_ops=3),
         seed_base=0,
     ),
     # report: 1F1B, 4-GPU hosts, TP 2, many channels, large slots, 20 ms
@@ -155,6 +167,33 @@ SETTINGS: tuple[Setting, ...] = (
         Hardware(gpus_per_host=4, gpus_per_nic=1, runahead=0.3),
         noise=HEAVY,
         seed_base=500,
+    ),
+    # report: double-binary-tree all-reduces (TP, and DP gradients in one
+    # all-reduce across hosts) with the CPU 4 ops ahead.
+    Setting(
+        "tree-8x2x4-dpar-ahead4",
+        "report",
+        8,
+        2,
+        4,
+        Hardware(allreduce="tree", runahead_ops=4),
+        Workload(micro_batches=4, dp_allreduce=True),
+        LIGHT,
+        seed_base=500,
+    ),
+    # report: interleaved 1F1B (2 chunks) with each pipeline inside a host.
+    Setting(
+        "ilv1f1b-2x4x4-inhost",
+        "report",
+        2,
+        4,
+        4,
+        workload=Workload(
+            micro_batches=8, schedule="interleaved-1f1b", virtual_stages=2
+        ),
+        noise=LIGHT,
+        seed_base=500,
+        order="tp-pp-dp",
     ),
 )
 
