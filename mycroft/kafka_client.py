@@ -89,9 +89,22 @@ def create_missing(
             created.append(name)
         except KafkaException as exc:
             err = exc.args[0]
+            if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and _visible(
+                admin, name, timeout_s
+            ):
+                continue  # made by an admin; this client may use it, not create it
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"cannot create topic {name}: {err.str()}") from exc
     return created
+
+
+def _visible(admin: AdminClient, name: str, timeout_s: float) -> bool:
+    """Whether topic ``name`` exists and this client may see it (Describe)."""
+    try:
+        topic = admin.list_topics(name, timeout=timeout_s).topics.get(name)
+    except KafkaException:
+        return False
+    return topic is not None and topic.error is None
 
 
 def record_key(record: Record) -> tuple[str, str]:

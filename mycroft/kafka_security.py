@@ -138,7 +138,10 @@ class KafkaSecurity:
         without TLS."""
         if not self.tls:
             return None
-        return ssl.create_default_context(cafile=self.ca_file or None)
+        try:
+            return ssl.create_default_context(cafile=self.ca_file or None)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError(f"CA file {self.ca_file!r} is not PEM: {exc}") from exc
 
     def redacted(self) -> dict[str, str]:
         """The settings for a log line, the password masked."""
@@ -204,10 +207,12 @@ def read_file(path: Path) -> dict[str, str]:
 def _password_file(path: str) -> str:
     try:
         lines = Path(path).read_text("utf-8").splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the SASL password file {path}: {exc}") from exc
+    except OSError as exc:  # the path is not shown: it may be a mistyped password
+        raise ConfigError(
+            f"cannot read the SASL password file: {exc.strerror or exc}"
+        ) from None
     if not lines or not lines[0]:
-        raise ConfigError(f"the SASL password file {path} is empty")
+        raise ConfigError("the SASL password file is empty")
     return lines[0]
 
 
