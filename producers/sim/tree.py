@@ -18,13 +18,16 @@ intervals follow the ring's fluid model (``collective.py``)::
     D  db = max(tb + lat, de[k-1]);       de = max(te + lat, db)
 
 ``credit`` is when the receiver consumed slice ``k - L`` (``L`` slices fill
-``buffer_chunks`` slots; the receiver's launch for ``k < L``), so a sender
-runs at most ``L`` slices ahead of its receiver. A receive flow reports G =
+``buffer_chunks`` slots; for ``k < L`` when its proxy posted the buffers, at
+the op's enqueue), so a sender runs at most ``L`` slices ahead of its
+receiver; and the sender's GPU stages slice ``k`` only into a slot freed by
+the completion of its slice ``k - L``. A receive flow reports G =
 the sender's T (posted), T = the sender's D (arrived), D = the receiver's use
 of the slice: its reduction (its own send's G, the root's sum) going up, its
 forward to its children (a leaf's copy out) going down. A node waiting on a
 dead child never reduces, so the other child's receive flow holds ``L``
-slices it received and did not consume (T > D), as NCCL's tree does.
+slices it received and did not consume (T > D), as NCCL's tree does; a hung
+GPU holds what its own children and parent sent into its posted buffers.
 """
 
 from __future__ import annotations
@@ -129,6 +132,9 @@ class TreeAllreduce:
             self.cps = -(-flow_chunks // MAX_SLICES)
         self.credit = max(1, hw.buffer_chunks // self.cps)
         self.start = phys._launch(req.ranks, req.issue, req.gpu_free)
+        # A receiver's proxy posts its buffers when the op is enqueued, not
+        # when its kernel starts: the first slots exist while its GPU is busy.
+        self.posted = req.issue + hw.proxy_latency_s
         self.slice_bytes = np.full(g, req.nbytes // self.steps, dtype=np.int64)
         self.trees = tree_count(req.channels, self.n)
 
@@ -158,6 +164,8 @@ class TreeAllreduce:
         copy_s, wire_s, _, lat, net, _ = e.link
         jit = self.phys._jitter((2, len(src)))
         gb = np.maximum(avail, e.ge)
+        if k >= self.credit:  # the GPU stages into a slot its proxy freed
+            gb = np.maximum(gb, e.out[:, 2, 1, k - self.credit])
         ge = gb + copy_s * jit[0]
         ge = np.where(ge > fx.gpu_dead[src], np.inf, ge)
         tb = np.maximum(np.maximum(gb, credit), e.te) + hw.proxy_latency_s
@@ -208,7 +216,7 @@ class TreeAllreduce:
 
     def _slot(self, use: np.ndarray, node: int, k: int) -> np.ndarray:
         if k < self.credit:
-            slot: np.ndarray = self.start[:, node]
+            slot: np.ndarray = self.posted[:, node]
             return slot
         freed: np.ndarray = use[node, :, 1, k - self.credit]
         return freed

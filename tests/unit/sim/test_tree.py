@@ -85,9 +85,14 @@ def test_reduce_node_holds_the_live_childs_data() -> None:
     assert held.sum() == 2  # channels 0 and 2
     assert (fl["transmitted"][held] == fl["total"][held]).all()
     assert (fl["done"][held] == 0).all()
-    # The hung rank's own op never moves; the job stops completing.
-    mine = last & (fl["rank"] == 1)
-    assert mine.any() and (fl["gpu_ready"][mine] == 0).all()
+    # The hung rank sends nothing; its tree-1 children 0 and 2 sent their
+    # slices into the buffers its proxy posted, and they stay there.
+    mine = last & (fl["rank"] == 1) & tr.of_kind(fl, "allreduce")
+    sends = mine & (fl["dir"] == SEND)
+    assert sends.sum() == 8 and (fl["gpu_ready"][sends] == 0).all()
+    held = mine & (fl["dir"] == RECV) & (fl["transmitted"] > fl["done"])
+    assert sorted(set(fl["peer"][held].tolist())) == [0, 2]
+    assert (fl["channel"][held] % 2 == 1).all() and (fl["done"][held] == 0).all()
     assert (tr.done["end_ns"].max() - tr.onset_ns) / 1e9 < 0.5
     assert stuck_flows(tr, 10).sum() > 50
 
