@@ -78,7 +78,7 @@ static struct {
   pthread_once_t once;
   int ok;
   char error[256];
-  ncclDebugLogger_t log;
+  _Atomic(ncclDebugLogger_t) log; /* set by every init, from any thread */
   _Atomic int logged;
   pid_t pid;
   int ncomms, nops, nflows, tick_ms;
@@ -210,13 +210,14 @@ static pthread_once_t tick_once = PTHREAD_ONCE_INIT;
 static ncclResult_t init_common(void **ctx, int *mask, const char *name, uint64_t hash, int nnodes,
                                 int nranks, int rank, ncclDebugLogger_t logfn) {
   *ctx = NULL;
-  if (logfn) g.log = logfn;
+  if (logfn) atomic_store_explicit(&g.log, logfn, memory_order_relaxed);
   int unset = -1;
   atomic_compare_exchange_strong(&g.first_rank, &unset, rank);
   pthread_once(&g.once, setup_once);
   if (!g.ok) {
-    if (atomic_exchange(&g.logged, 1) == 0 && g.log)
-      g.log(NCCL_LOG_WARN, MYC_NCCL_INIT_FLAG, __FILE__, __LINE__, "Mycroft profiler disabled: %s", g.error);
+    ncclDebugLogger_t log = atomic_load_explicit(&g.log, memory_order_relaxed);
+    if (atomic_exchange(&g.logged, 1) == 0 && log)
+      log(NCCL_LOG_WARN, MYC_NCCL_INIT_FLAG, __FILE__, __LINE__, "Mycroft profiler disabled: %s", g.error);
     return ncclInternalError;
   }
   int idx = atomic_fetch_add(&g.ncomms_used, 1);

@@ -9,6 +9,7 @@ every record the Python ``RingReader`` reads back from the ring.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -38,6 +39,7 @@ def build() -> Path:
     if shutil.which("make") is None or shutil.which(os.environ.get("CC", "cc")) is None:
         unavailable("C toolchain", "make and cc are needed to build the plugin")
     out = Path(tempfile.mkdtemp(prefix="mycroft-nccl-build-"))
+    atexit.register(shutil.rmtree, out, True)
     proc = subprocess.run(
         ["make", "-s", "-C", str(SOURCE), f"BUILD={out}"],
         capture_output=True,

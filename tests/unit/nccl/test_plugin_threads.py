@@ -7,13 +7,15 @@ while the plugin's tick thread (1 ms) snapshots and retires them.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mycroft.producers.ring_layout import Beat, Comm, FlowDone, FlowSteps, OpDone
-from tests.unit.nccl.harness import run
+from tests.unit.nccl.harness import SOURCE, run
 
 THREADS, OPS, STEPS = 4, 300, 5
 
@@ -53,3 +55,28 @@ def test_every_op_is_done_or_counted_dropped(
         (0, STEPS, 0),
         (1, STEPS, STEPS),
     }
+
+
+def test_no_data_race_under_thread_sanitizer(tmp_path: Path) -> None:
+    """The stress run, plugin and harness built with -fsanitize=thread."""
+    build_dir = tmp_path / "tsan"
+    made = subprocess.run(
+        ["make", "-s", "-C", str(SOURCE), f"BUILD={build_dir}",
+         "CFLAGS=-O1 -g -fsanitize=thread -Wno-tsan"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if made.returncode != 0:
+        pytest.skip(f"no ThreadSanitizer build here: {made.stderr[-300:]}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MYCROFT_")}
+    env.update(
+        MYCROFT_NCCL_TICK_MS="1",
+        MYCROFT_NCCL_OPS="512",  # small: slots are dropped and reused while ticking
+        MYCROFT_NCCL_RING_DIR=str(tmp_path / "rings"),
+    )
+    run_ = subprocess.run(
+        [str(build_dir / "fake_nccl"), str(build_dir / "libnccl-profiler-mycroft.so"),
+         "6", "--stress", "4", "300", "4"],
+        capture_output=True, text=True, env=env, timeout=240, check=False,
+    )  # fmt: skip
+    assert "ThreadSanitizer" not in run_.stderr, run_.stderr[-4000:]
+    assert run_.returncode == 0
