@@ -8,7 +8,8 @@ Every failure a subcommand lets escape goes through one path
 (:mod:`mycroft.cli_errors`): one or two lines on stderr saying what is wrong
 and what to do, and the exit code of its class; ``--debug`` (anywhere on the
 line, or ``MYCROFT_DEBUG=1``) adds the traceback. Commands that need Kafka or
-OpenSearch are first checked to reach them (:mod:`mycroft.cli_preflight`).
+OpenSearch are checked to reach them once their flags parsed
+(:mod:`mycroft.cli_preflight`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from mycroft.cli_errors import ExitCode, Failure, explain
 
@@ -63,15 +64,44 @@ def _short_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     )
 
 
+class _Unavailable(Exception):
+    """A service the command needs does not answer (raised after its parse)."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 @contextmanager
-def _short_usage_errors() -> Iterator[None]:
-    """Every argparse parser of a subcommand reports bad flags in two lines."""
-    original = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _short_error  # type: ignore[assignment,method-assign]  # one entry point, restored below
+def _argparse_hooks(name: str, rest: list[str]) -> Iterator[None]:
+    """While a subcommand runs: its parsers report bad flags in two lines, and
+    the services it needs are checked once its flags parsed, so a usage error
+    is reported before an unreachable broker."""
+    from mycroft.cli_preflight import preflight  # noqa: PLC0415
+
+    error, parse_args = (
+        argparse.ArgumentParser.error,
+        argparse.ArgumentParser.parse_args,
+    )
+    checked = False
+
+    def parse_then_check(self: argparse.ArgumentParser, *a: Any, **kw: Any) -> Any:
+        nonlocal checked
+        parsed = parse_args(self, *a, **kw)
+        if not checked:
+            checked = True
+            if (failure := preflight(name, rest)) is not None:
+                raise _Unavailable(failure)
+        return parsed
+
+    # One entry point patches the class for the command's run and restores it.
+    argparse.ArgumentParser.error = _short_error  # type: ignore[assignment,method-assign]
+    argparse.ArgumentParser.parse_args = parse_then_check  # type: ignore[method-assign]
     try:
         yield
     finally:
-        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+        argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_args = parse_args  # type: ignore[method-assign]
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -87,12 +117,8 @@ def _report(failure: Failure, name: str) -> int:
 
 
 def _run(name: str, rest: list[str]) -> int:
-    from mycroft.cli_preflight import preflight  # noqa: PLC0415
-
     module = importlib.import_module(COMMANDS[name][0])
-    if (failure := preflight(name, rest)) is not None:
-        return _report(failure, name)
-    with _short_usage_errors():
+    with _argparse_hooks(name, rest):
         code: int = module.main(rest)
     return code
 
@@ -113,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(name, rest)
     except SystemExit as exc:  # argparse after --help or a usage error
         return _exit_code(exc)
+    except _Unavailable as exc:
+        return _report(exc.failure, name)
     except (Exception, KeyboardInterrupt) as exc:  # the one error path
         if debug:
             traceback.print_exc()

@@ -304,3 +304,12 @@ def test_an_address_in_use(
     _check(*_run(capsys, "boom", "--prometheus-listen", "127.0.0.1:9465"),
            UNAVAILABLE, "cannot listen on 127.0.0.1:9465",
            "another --prometheus-listen")  # fmt: skip
+
+
+def test_a_usage_error_comes_before_an_unreachable_broker(
+    capsys: pytest.CaptureFixture[str], closed_port: str
+) -> None:
+    _check(*_run(capsys, "incidents", "show", "--bootstrap", closed_port), USAGE,
+           "required: ID")  # fmt: skip
+    _check(*_run(capsys, "topics", "create", "--bootstrap", closed_port, "--bogus"),
+           USAGE, "unrecognized arguments: --bogus")  # fmt: skip
