@@ -40,8 +40,8 @@ def _membership(
     tree = _tree(cfg, group.role, n)
     chans: list[ChannelTopology] = []
     for c in channels:
-        peers = ((nxt, "send"), (prev, "recv"))
-        parent, kids = -1, ()
+        peers: tuple[tuple[int, str], ...] = ((nxt, "send"), (prev, "recv"))
+        parent, kids = -1, tuple[int, ...]()
         if tree:
             # The comm's only collective is the tree all-reduce: its
             # connections are the tree's (one each way per neighbour).
