@@ -56,12 +56,10 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _short_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+def _short_error(parser: argparse.ArgumentParser, message: str, name: str) -> NoReturn:
     """argparse's error, in two lines instead of the whole usage."""
-    parser.exit(
-        int(ExitCode.USAGE),
-        f"{parser.prog}: {message}\n  see '{parser.prog} --help'\n",
-    )
+    prog = parser.prog if parser.prog.startswith("mycroft ") else f"mycroft {name}"
+    parser.exit(int(ExitCode.USAGE), f"{prog}: {message}\n  see '{prog} --help'\n")
 
 
 class _Unavailable(Exception):
@@ -94,8 +92,11 @@ def _argparse_hooks(name: str, rest: list[str]) -> Iterator[None]:
                 raise _Unavailable(failure)
         return parsed
 
+    def short_error(self: argparse.ArgumentParser, message: str) -> NoReturn:
+        _short_error(self, message, name)
+
     # One entry point patches the class for the command's run and restores it.
-    argparse.ArgumentParser.error = _short_error  # type: ignore[assignment,method-assign]
+    argparse.ArgumentParser.error = short_error  # type: ignore[method-assign]
     argparse.ArgumentParser.parse_args = parse_then_check  # type: ignore[method-assign]
     try:
         yield

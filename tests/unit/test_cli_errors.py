@@ -217,6 +217,8 @@ def test_an_unreachable_opensearch(
         (["incidents", "show"], ["required: ID"]),
         (["incidents", "list"], ["give --bootstrap HOST:PORT or MYCROFT_BOOTSTRAP"]),
         (["no-such-command"], ["unknown command 'no-such-command'"]),
+        (["broker", "start", "--bogus"], ["mycroft broker: unrecognized arguments",
+                                          "see 'mycroft broker --help'"]),
     ],  # fmt: skip
     ids=[
         "unknown-flag",
@@ -227,6 +229,7 @@ def test_an_unreachable_opensearch(
         "no-id",
         "no-broker",
         "command",
+        "prog",
     ],  # fmt: skip
 )
 def test_bad_flags_and_combinations_are_usage_errors(
