@@ -92,7 +92,11 @@ def _topics(
 
 
 def role_acls(grant: Grant, topics: TopicSet) -> list[AclBinding]:
-    """The ALLOW bindings of ``grant`` on the topics of ``topics``."""
+    """The ALLOW bindings of ``grant`` on the topics of ``topics``, each once."""
+    return list(dict.fromkeys(_role_acls(grant, topics)))
+
+
+def _role_acls(grant: Grant, topics: TopicSet) -> list[AclBinding]:
     user = grant.username
     raw = [topics.topology, topics.state, topics.completion, topics.heartbeat]
     read, write = (_OP.READ, _OP.DESCRIBE), (_OP.WRITE, _OP.DESCRIBE)

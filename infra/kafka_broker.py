@@ -249,10 +249,20 @@ def _cmd_start(args: argparse.Namespace) -> int:
     if kp.live_pid(state, args.dir) is not None:
         print(state["bootstrap"])
         return 0
-    broker = KafkaBroker(args.dir, heap_mb=args.heap_mb)
+    secure = None
+    if args.secure:
+        from mycroft.infra.kafka_security import cli_broker  # noqa: PLC0415 (a cycle)
+
+        secure = cli_broker(args.dir, args.topic_prefix, args.heap_mb)
+    broker = secure or KafkaBroker(args.dir, heap_mb=args.heap_mb)
     bootstrap = broker.start(args.timeout, detach=True)
     log = str(broker.log_path)
-    record = {"pid": broker.pid, "bootstrap": bootstrap, "log_path": log}
+    record: dict[str, object] = {
+        "pid": broker.pid, "bootstrap": bootstrap, "log_path": log,
+    }  # fmt: skip
+    if secure is not None:
+        secure.write_clients(args.dir / "clients")
+        record["clients"] = str(args.dir / "clients")
     (args.dir / kp.STATE_NAME).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
     print(bootstrap)
     return 0
@@ -297,6 +307,14 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait (default 120)"
+    )
+    parser.add_argument(
+        "--secure", action="store_true",
+        help="start: SASL_SSL listener, SCRAM users and ACLs (infra/SECURITY.md); "
+        "client security files in DIR/clients/",
+    )  # fmt: skip
+    parser.add_argument(
+        "--topic-prefix", default="", help="with --secure: topic prefix of the ACLs"
     )
     return parser
 

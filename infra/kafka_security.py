@@ -195,7 +195,11 @@ class SecureKafkaBroker(KafkaBroker):
         bindings = [
             b for u in self.users.values() for b in role_acls(u.grant, self.topics)
         ]
-        apply_acls(admin, bindings, timeout_s=30.0)
+        try:
+            apply_acls(admin, bindings, timeout_s=30.0)
+        except BrokerError:
+            self.stop()  # a broker without its ACLs is of no use, even detached
+            raise
         logger.info("created %d ACLs for %d users", len(bindings), len(self.users))
         return bootstrap
 
@@ -296,3 +300,42 @@ def wait_for_user(security: KafkaSecurity, bootstrap: str, timeout_s: float) -> 
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+DEFAULT_USERS: tuple[tuple[str, str, str], ...] = (
+    ("agent", "agent", ""),
+    ("streams", "worker", "mycroft-streams"),
+    ("sinks", "sinks", "mycroft-sinks"),
+    ("subscriber", "subscriber", "mycroft-sub"),
+)
+"""``(user, role, group)`` of ``kafka_broker start --secure``: the default
+app id of the worker, group of the sinks, and a subscriber group prefix."""
+
+
+def cli_broker(
+    directory: Path, prefix: str = "", heap_mb: int = 512
+) -> SecureKafkaBroker:
+    """The broker of ``python -m mycroft.infra.kafka_broker start --secure``.
+
+    Its users are :data:`DEFAULT_USERS`; their security files are kept in
+    ``<directory>/clients/`` (mode 0600), and a later start in the same folder
+    reads the passwords back from them (the SCRAM credentials were written
+    into the metadata when the storage was formatted).
+    """
+    saved: dict[str, Secret] = {}
+    for path in sorted((directory / "clients").glob("*.json")):
+        try:
+            saved[path.stem] = Secret(
+                json.loads(path.read_text("utf-8"))["sasl_password"]
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"cannot read the client file {path}: {exc}") from exc
+    users = []
+    for name, role, group in DEFAULT_USERS:
+        watched = ("mycroft-streams",) if role == "sinks" else ()
+        grant = Grant(name, role, group, watched)
+        users.append(User(grant, saved.get(name) or Secret(secrets.token_urlsafe(18))))
+    broker = SecureKafkaBroker(users, TopicSet(prefix), directory, heap_mb=heap_mb)
+    if ADMIN in saved:
+        broker.admin_password = saved[ADMIN]
+    return broker

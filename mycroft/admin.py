@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from mycroft.errors import MycroftError
 from mycroft.kafka_client import create_topics
+from mycroft.kafka_security import add_flags, security_from
 from mycroft.topics import TOPICS, TopicSet
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         help="override every topic's partition count",
     )
     create.add_argument("--replication", type=int, default=1)
+    add_flags(create, "MYCROFT_")
     sub.add_parser("list", help="print the declared topics")
     return p
 
@@ -54,7 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     topics = TopicSet(args.prefix, args.partitions)
     try:
-        created = create_topics(args.bootstrap, topics, replication=args.replication)
+        extra = security_from(vars(args), os.environ, "MYCROFT_").librdkafka()
+        created = create_topics(
+            args.bootstrap, topics, replication=args.replication, extra=extra
+        )
     except MycroftError as exc:
         print(f"mycroft topics create: {exc}")
         return 1
