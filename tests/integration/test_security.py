@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
 
 from mycroft.errors import MycroftError
 from mycroft.infra.kafka_security import SecureKafkaBroker, User
@@ -32,6 +33,7 @@ from mycroft.kafka_client import DecodingConsumer, RecordPublisher
 from mycroft.kafka_security import KafkaSecurity, Secret
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Heartbeat, RootCause, StateBatch
+from mycroft.sinks.lag import LagMonitor
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.faust_topics import ensure_topics
 from mycroft.streams.worker_process import WorkerProcess
@@ -45,6 +47,7 @@ PREFIX = "sec."
 PARTITIONS = 2
 APP_ID = "sec-streams"
 SUB_GROUP = "subscribers"
+SINKS_GROUP = "sec-sinks"
 TOPICS = TopicSet(PREFIX, PARTITIONS)
 
 
@@ -54,6 +57,7 @@ def broker() -> Iterator[SecureKafkaBroker]:
         User.of("agent-node", "agent"),
         User.of("streams", "worker", APP_ID),
         User.of("dashboard", "subscriber", SUB_GROUP),
+        User.of("sinks", "sinks", SINKS_GROUP, watched_groups=(APP_ID,)),
     ]
     secured = SecureKafkaBroker(users, TOPICS)
     try:
@@ -198,6 +202,32 @@ def test_worker_reads_raw_and_subscriber_reads_its_root_cause(
         worker.stop()
     text = worker.log()
     assert not any(p in text for p in passwords(broker))
+
+
+def test_sinks_read_root_causes_and_the_workers_lag(broker: SecureKafkaBroker) -> None:
+    """After the worker test: the sinks' consumer and lag monitor, as the sinks."""
+    extra = broker.client("sinks").librdkafka()
+    consumer = DecodingConsumer(
+        broker.bootstrap, SINKS_GROUP, [TOPICS.anomaly, TOPICS.rootcause],
+        TOPICS.deadletter, extra=extra, auto_commit=False,
+    )  # fmt: skip
+    kinds: set[str] = set()
+    try:
+        deadline = time.monotonic() + 20
+        while "RootCause" not in kinds and time.monotonic() < deadline:
+            kinds |= {type(rec).__name__ for _, rec in consumer.poll(0.5)}
+        consumer.commit()
+    finally:
+        consumer.close()
+    assert kinds == {"Anomaly", "RootCause"}
+    registry = CollectorRegistry()
+    raw = [TOPICS.state, TOPICS.completion]
+    LagMonitor(broker.bootstrap, [APP_ID], raw, registry, extra=extra).read_once()
+    end = registry.get_sample_value("mycroft_topic_end_offset", {"topic": TOPICS.state})
+    lag = registry.get_sample_value(
+        "mycroft_consumer_lag_records", {"group": APP_ID, "topic": TOPICS.state}
+    )
+    assert end is not None and end > 0 and lag is not None
 
 
 def test_agent_cannot_forge_a_root_cause(broker: SecureKafkaBroker) -> None:
