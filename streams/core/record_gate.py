@@ -26,6 +26,7 @@ from mycroft.schemas.records import (
     Topology,
 )
 from mycroft.streams.core import row_checks as rows
+from mycroft.streams.core import row_fastpath as fast
 from mycroft.streams.core.contract import Contract, Reason, Rejection
 from mycroft.streams.core.host_clocks import HostClocks
 from mycroft.streams.core.topology_contract import TopologyView, topology_problem
@@ -153,6 +154,11 @@ class RecordGate:
                 Rejection(reason, name, h.host, _nrows(b), detail, b, h.tick_ns)
             )
             return []
+        if self._clean(b):
+            self.clocks.accept(h.host, h.tick_ns)
+            if isinstance(b, StateBatch):
+                self._remember_flows(self._host(h.host), b)
+            return [b]
         split = self._split(b)
         if isinstance(b, StateBatch):
             return self._admit_snapshot(b, split, deadline)
@@ -222,13 +228,33 @@ class RecordGate:
             return Reason.LAYOUT, "op_nflows does not lay out the flow rows"
         return None
 
+    def _bounds(self, b: Batch) -> tuple[int, int]:
+        """The row-time range of ``b``: from year 2000 to just after its tick."""
+        return self.contract.min_time_ns, b.header.tick_ns + self.contract.row_slack_ns
+
+    def _clean(self, b: Batch) -> bool:
+        """Whether every row of ``b`` passes, by whole-batch checks
+        (``row_fastpath``); ``False`` leaves the per-row checks to say why."""
+        lo, hi = self._bounds(b)
+        host, owner = b.header.host, self._owners(b)
+        assert owner is not None  # noqa: S101 - checked by _size_problem
+        if isinstance(b, StateBatch):
+            if not fast.state_valid(b, lo, hi):
+                return False
+            if not self.topo.all_placed(b.rc["rank"], b.rc["comm"], host):
+                return False
+        elif not fast.done_valid(b, lo, hi):
+            return False
+        if not self.topo.all_placed(b.op["rank"], b.op["comm"], host):
+            return False
+        if not self.topo.members(b.flow["peer"], b.op["comm"][owner]).all():
+            return False
+        return not (isinstance(b, StateBatch) and self._regressed(b, owner).any())
+
     def _split(self, b: Batch) -> _Split:
         """Reason codes and held rows of every row group of ``b``."""
         host = b.header.host
-        lo, hi = (
-            self.contract.min_time_ns,
-            b.header.tick_ns + self.contract.row_slack_ns,
-        )
+        lo, hi = self._bounds(b)
         owner = self._owners(b)
         assert owner is not None  # noqa: S101 - checked by _size_problem
         if isinstance(b, StateBatch):
@@ -266,16 +292,19 @@ class RecordGate:
         return elsewhere, unplaced
 
     def _regress(self, b: StateBatch, owner: np.ndarray, fl_c: np.ndarray) -> None:
-        """Flow counters below the same flow's at the host's previous tick."""
+        """Mark flow counters below the same flow's at the host's previous tick."""
+        rows.mark(fl_c, self._regressed(b, owner), Reason.COUNTER_REGRESS)
+
+    def _regressed(self, b: StateBatch, owner: np.ndarray) -> np.ndarray:
+        """Flows of ``b`` whose counters went below the host's previous tick's."""
         hs = self.hosts.get(b.header.host)
         if hs is None or not len(hs.flow_keys) or b.header.tick_ns <= hs.flow_tick:
-            return
+            return np.zeros(len(b.flow), dtype=bool)
         keys = self._keys_of(b, owner)
         at = np.minimum(np.searchsorted(hs.flow_keys, keys), len(hs.flow_keys) - 1)
         same = hs.flow_keys[at] == keys
         now = np.stack([b.flow[n] for n in ("gpu_ready", "transmitted", "done")], 1)
-        down = same & (now < hs.flow_counts[at]).any(axis=1)
-        rows.mark(fl_c, down, Reason.COUNTER_REGRESS)
+        return np.asarray(same & (now < hs.flow_counts[at]).any(axis=1))
 
     def _remember_flows(self, hs: _Host, b: StateBatch) -> None:
         if b.header.tick_ns < hs.flow_tick:

@@ -25,6 +25,11 @@ class TopologyView:
     rank_host: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     member_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     version: int = 0  # + 1 on every change
+    # Every (member, comm) pair declared, as columns.
+    pair_rank: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pair_comm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    # Per host: (version, sorted pair keys of its ranks in each of their comms).
+    _own: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
 
     @property
     def world(self) -> int:
@@ -83,9 +88,28 @@ class TopologyView:
         elsewhere = (owner >= 0) & (owner != hid)
         return elsewhere, (owner < 0) | ~self.members(rank, comm)
 
+    def all_placed(self, rank: np.ndarray, comm: np.ndarray, host: str) -> bool:
+        """Whether every row's rank runs on ``host`` and is a member of its
+        ``comm``: then ``locate`` marks nothing (one lookup instead of its
+        per-row form)."""
+        if not len(rank):
+            return True
+        own = self._own.get(host)
+        if own is None or own[0] != self.version:
+            own = (self.version, self._own_keys(host))
+            self._own[host] = own
+        return bool(rows.isin_sorted(rows.pair_keys(rank, comm), own[1]).all())
+
     def members(self, rank: np.ndarray, comm: np.ndarray) -> np.ndarray:
         """Whether each ``rank`` is a member of its row's ``comm``."""
         return rows.isin_sorted(rows.pair_keys(rank, comm), self.member_keys)
+
+    def _own_keys(self, host: str) -> np.ndarray:
+        hid = self.host_ids.get(host)
+        if hid is None or not len(self.pair_rank):
+            return np.zeros(0, np.uint64)
+        mine = self.rank_host[self.pair_rank] == hid
+        return np.unique(rows.pair_keys(self.pair_rank[mine], self.pair_comm[mine]))
 
     def _highest(self, topo: Topology) -> list[int]:
         return [max(m.ranks, default=-1) for rt in topo.ranks for m in rt.comms]
@@ -100,6 +124,7 @@ class TopologyView:
             np.array(list(self.comms), dtype=np.uint64), np.asarray(sizes, np.int64)
         )
         self.member_keys = np.unique(rows.pair_keys(member, comm))
+        self.pair_rank, self.pair_comm = member.astype(np.int64), comm
 
 
 def topology_problem(topo: Topology, c: Contract) -> tuple[Reason, str] | None:

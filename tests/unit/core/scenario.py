@@ -333,3 +333,28 @@ def make(kind: str = "none", rank: int = 3, seconds: float = 12.0, **kw) -> list
     job = Job(Fault(kind, rank), seconds=seconds, **kw)
     job.schedule()
     return Emitter(job).records()
+
+
+def full_batch(records, kind=StateBatch, host="h1", after_ns=T0 + 3 * 10**9):
+    """A record of ``host`` with rows in every group, after ``after_ns``."""
+    for ts, rec in records:
+        if (
+            isinstance(rec, kind)
+            and rec.header.host == host
+            and ts >= after_ns
+            and len(rec.op)
+            and (kind is CompletionBatch or (len(rec.rc) and len(rec.flow)))
+        ):
+            return ts, rec if kind is StateBatch else with_flows(rec)
+    raise AssertionError("no such batch")
+
+
+def with_flows(b):
+    """A completion batch whose every op moved one chunk on one flow."""
+    op = b.op.copy()
+    op["nflows"] = 1
+    flow = empty(DONE_FLOW_COLUMNS, len(op))
+    flow["peer"] = op["rank"]  # a member of the op's comm
+    flow["chunks"] = 4
+    flow["first_ns"], flow["last_ns"] = op["start_ns"], op["end_ns"]
+    return CompletionBatch(b.header, op, flow)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mycroft.errors import DecodeError
 from mycroft.schemas.codec import Codec
-from mycroft.schemas.columns import DONE_FLOW_COLUMNS, DONE_OP_COLUMNS, empty
+from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import (
     CompletionBatch,
     Heartbeat,
@@ -25,7 +25,7 @@ from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.record_gate import RecordGate
 from mycroft.streams.faust_runtime import rank_chunks
 from tests.unit.core import bad_records as bad
-from tests.unit.core.scenario import NR, T0, make
+from tests.unit.core.scenario import NR, T0, full_batch, make
 from tests.unit.samples import all_records
 
 CODEC = Codec()
@@ -54,31 +54,6 @@ def _best(out):
 CLEAN = _best(_run(HANG)[1])
 
 
-def _full_batch(records, kind=StateBatch, host="h1", after_ns=T0 + 3 * 10**9):
-    """A record of ``host`` with rows in every group, after ``after_ns``."""
-    for ts, rec in records:
-        if (
-            isinstance(rec, kind)
-            and rec.header.host == host
-            and ts >= after_ns
-            and len(rec.op)
-            and (kind is CompletionBatch or (len(rec.rc) and len(rec.flow)))
-        ):
-            return ts, rec if kind is StateBatch else _with_flows(rec)
-    raise AssertionError("no such batch")
-
-
-def _with_flows(b):
-    """A completion batch whose every op moved one chunk on one flow."""
-    op = b.op.copy()
-    op["nflows"] = 1
-    flow = empty(DONE_FLOW_COLUMNS, len(op))
-    flow["peer"] = op["rank"]  # a member of the op's comm
-    flow["chunks"] = 4
-    flow["first_ns"], flow["last_ns"] = op["start_ns"], op["end_ns"]
-    return CompletionBatch(b.header, op, flow)
-
-
 def _inject(records, at_ns, extra):
     """``records`` with ``extra`` records (round-tripped through the codec)
     inserted at trace time ``at_ns``."""
@@ -103,7 +78,7 @@ def _check_culprit_kept(extra, at_ns, reasons):
 
 
 def test_completion_row_with_rank_minus_one_is_rejected_and_rates_survive():
-    ts, b = _full_batch(HANG, CompletionBatch, after_ns=T0 + 4 * 10**9)
+    ts, b = full_batch(HANG, CompletionBatch, after_ns=T0 + 4 * 10**9)
     wrong = bad.bad_rank(b, 10**6, -1)
     one = replace(wrong, op=wrong.op[1:], flow=wrong.flow[1:])
     assert rank_chunks([wrong]) == rank_chunks([one])
@@ -112,14 +87,14 @@ def test_completion_row_with_rank_minus_one_is_rejected_and_rates_survive():
 
 
 def test_tick_at_int64_max_is_rejected_and_findings_still_encode():
-    ts, b = _full_batch(HANG)
+    ts, b = full_batch(HANG)
     _check_culprit_kept(
         [bad.bad_tick(b, 10**6, bad.I64.max)], ts, {Reason.TIME_RANGE}
     )
 
 
 def test_a_host_clock_jumping_from_1970_to_now_never_breaks_evaluation():
-    _, b = _full_batch(HANG, host="h2", after_ns=T0)
+    _, b = full_batch(HANG, host="h2", after_ns=T0)
     old = bad.bad_tick(b, 10**6, 1_000)
     old.rc["seen_ns"] = 1_000
     old.op["issue_ns"] = 500
@@ -129,7 +104,7 @@ def test_a_host_clock_jumping_from_1970_to_now_never_breaks_evaluation():
 
 
 def test_rows_of_a_comm_outside_the_topology_are_held_then_rejected():
-    ts, b = _full_batch(HANG)
+    ts, b = full_batch(HANG)
     an = _check_culprit_kept(
         [bad.unknown_comm(b, 10**6, 0xDEAD)], ts, {Reason.UNKNOWN_RANK}
     )
@@ -137,20 +112,20 @@ def test_rows_of_a_comm_outside_the_topology_are_held_then_rejected():
 
 
 def test_rank_beyond_the_world_never_becomes_a_culprit():
-    ts, b = _full_batch(HANG, after_ns=T0 + 6_500_000_000)
+    ts, b = full_batch(HANG, after_ns=T0 + 6_500_000_000)
     wrong = bad.bad_rank(b, 10**6, 119)
     wrong.op["rank"][:] = 119
     _check_culprit_kept([wrong], ts, {Reason.RANK_RANGE})
 
 
 def test_rank_of_another_host_is_rejected():
-    ts, b = _full_batch(HANG, host="h0", after_ns=T0 + 6_500_000_000)
+    ts, b = full_batch(HANG, host="h0", after_ns=T0 + 6_500_000_000)
     wrong = bad.bad_rank(b, 10**6, 3)  # rank 3 runs on h1
     _check_culprit_kept([wrong], ts, {Reason.RANK_NOT_ON_HOST})
 
 
 def test_empty_state_batch_from_the_culprits_host_changes_nothing():
-    ts, b = _full_batch(HANG, after_ns=T0 + 6_500_000_000)
+    ts, b = full_batch(HANG, after_ns=T0 + 6_500_000_000)
     empties = [bad.empty_state(b, 10**6 + i, 0) for i in range(5)]
     for i, e in enumerate(empties):
         e.header = replace(e.header, tick_ns=e.header.tick_ns + i * 100_000_000)
@@ -171,7 +146,7 @@ def test_rows_wait_for_a_late_topology_and_then_count():
 
 def test_held_rows_are_bounded_in_count():
     gate = RecordGate(Contract(max_held=3))
-    _, b = _full_batch(HANG)
+    _, b = full_batch(HANG)
     for i in range(5):
         gate.admit(bad.bad_tick(b, i, b.header.tick_ns + i), b.header.tick_ns)
     assert len(gate.held) == 3
@@ -183,7 +158,7 @@ def test_counters_going_down_on_a_flow_are_rejected():
     gate = RecordGate()
     for t in topo:
         gate.admit(t, T0)
-    _, b = _full_batch(HANG)
+    _, b = full_batch(HANG)
     b.flow["gpu_ready"][0] = b.flow["transmitted"][0] = b.flow["done"][0] = 3
     b.flow["total"][0] = 16
     assert gate.admit(b, b.header.tick_ns)
@@ -199,7 +174,7 @@ def test_a_host_sending_invalid_data_is_flagged_once():
     gate = RecordGate(Contract(flag_after=3))
     for t in topo:
         gate.admit(t, T0)
-    _, b = _full_batch(HANG)
+    _, b = full_batch(HANG)
     for i in range(4):
         gate.admit(bad.bad_rank(b, i, -5), b.header.tick_ns)
     assert gate.flagged == {"h1"} and gate.newly_flagged == ["h1"]
@@ -221,14 +196,14 @@ def test_tombstone_host_left_rows_are_no_longer_placed():
     for t in topo:
         gate.admit(t, T0)
     gate.host_left("h1")
-    _, b = _full_batch(HANG)
+    _, b = full_batch(HANG)
     assert gate.admit(b, b.header.tick_ns) == []
     gate.expire(b.header.tick_ns + Contract().hold_ns + 1)
     assert {r.reason for r in gate.take()} == {Reason.UNKNOWN_RANK}
 
 
 def test_huge_batch_is_rejected_whole_with_a_reason():
-    _, b = _full_batch(HANG)
+    _, b = full_batch(HANG)
     big = StateBatch(b.header, np.resize(b.rc, 250_000), b.op, b.flow)
     gate = RecordGate()
     assert gate.admit(big, b.header.tick_ns) == []
@@ -248,7 +223,7 @@ def test_heartbeat_with_negative_rank_or_bad_time_is_rejected():
 
 
 def test_completion_batch_flows_of_a_bad_op_leave_with_it():
-    _, b = _full_batch(HANG, CompletionBatch, after_ns=T0 + 4 * 10**9)
+    _, b = full_batch(HANG, CompletionBatch, after_ns=T0 + 4 * 10**9)
     topo = [r for _, r in HANG if isinstance(r, Topology)]
     gate = RecordGate()
     for t in topo:
@@ -273,7 +248,7 @@ def test_every_wrong_state_record_is_rejected_and_the_rest_is_valid(name, data):
     gate = RecordGate()
     for t in topo:
         gate.admit(t, T0)
-    ts, b = _full_batch(HANG)
+    ts, b = full_batch(HANG)
     gate.admit(b, ts)
     wrong = mutate(b, 10**6, data.draw(values))
     wrong = CODEC.decode(CODEC.encode(wrong))  # valid Avro
@@ -292,7 +267,7 @@ def test_every_wrong_state_record_is_rejected_and_the_rest_is_valid(name, data):
 @settings(max_examples=6, deadline=None)
 @given(st.lists(st.sampled_from(_STATE_CATS), min_size=3, max_size=8), st.data())
 def test_wrong_records_amid_a_hang_never_change_the_culprit(names, data):
-    ts, b = _full_batch(HANG, after_ns=T0 + 6_500_000_000)
+    ts, b = full_batch(HANG, after_ns=T0 + 6_500_000_000)
     extra, reasons = [], set()
     for i, name in enumerate(names):
         mutate, values, why = bad.CATEGORIES[name]
@@ -303,7 +278,7 @@ def test_wrong_records_amid_a_hang_never_change_the_culprit(names, data):
 
 def test_done_rows_of_an_unknown_rank_do_not_crash_rates():
     b = CompletionBatch(
-        _full_batch(HANG, CompletionBatch)[1].header, empty(DONE_OP_COLUMNS, 1)
+        full_batch(HANG, CompletionBatch)[1].header, empty(DONE_OP_COLUMNS, 1)
     )
     b.op["rank"] = -7
     b.op["nflows"] = 0
@@ -331,6 +306,6 @@ def test_the_gate_survives_a_snapshot_without_its_batch_caches():
     an, _ = _run(HANG[: len(HANG) // 2])
     back = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
     assert back.gate.topo.world == NR and back.gate._keys[0] is None
-    ts, b = _full_batch(HANG, after_ns=T0 + 7 * 10**9)
+    ts, b = full_batch(HANG, after_ns=T0 + 7 * 10**9)
     back.ingest(bad.bad_rank(b, 10**6, -4), ts)
     assert [r.reason for r in back.gate.take()] == [Reason.RANK_RANGE]
