@@ -121,6 +121,32 @@ def _ingest_cost(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _gate_cost(r: dict[str, Any]) -> list[str]:
+    return [
+        "`Analyzer.ingest` of a healthy simulated job, three gate modes "
+        f"interleaved in one run, least CPU of {r['repeat']} on {r['cpus']} CPUs: "
+        "no checks, the per-row checks only, and the shipped gate (whole-batch "
+        f"checks first, per-row ones on a failure). Source {r['commit']}.",
+        "",
+        "| ranks | records | ingest CPU s / trace s (none / per-row / fast) | "
+        "gate us / record (per-row / fast) | fast / per-row |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {x['ranks']} | {x['records']:,} | "
+            + " / ".join(
+                str(x["ingest_cpu_s_per_trace_s"][m])
+                for m in ("none", "per-row", "fast")
+            )
+            + " | "
+            + " / ".join(
+                str(x["gate_cpu_us_per_record"][m]) for m in ("per-row", "fast")
+            )
+            + f" | {x['gate_cost_fast_over_per_row']} |"
+            for x in r["rows"]
+        ),
+    ]
+
+
 def _agent(r: dict[str, Any]) -> list[str]:
     s, g = r["setup"], r["goals"]
     return [
@@ -179,6 +205,11 @@ RENDERERS: dict[str, Renderer] = {
         "Analyzer cost per second of a healthy job",
         "python bench/ingest_cost.py",
         _ingest_cost,
+    ),
+    "gate_cost": (
+        "Input contract cost per record",
+        "python bench/gate_cost.py",
+        _gate_cost,
     ),
     "snapshot_cost": (
         "Worker snapshot of one job's engine: cost and size",

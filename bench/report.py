@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from render_bad_input import RENDERERS as BAD_INPUT_RENDERERS
+from render_general import RENDERERS as GENERAL_RENDERERS
 from render_perf import RENDERERS as PERF_RENDERERS
 from render_perf import fault_table
 from render_reliability import RENDERERS as RELIABILITY_RENDERERS
@@ -210,6 +211,7 @@ RENDERERS.update(TORCH_RENDERERS)
 RENDERERS.update(TWO_STAGE_RENDERERS)
 RENDERERS.update(RELIABILITY_RENDERERS)
 RENDERERS.update(BAD_INPUT_RENDERERS)
+RENDERERS.update(GENERAL_RENDERERS)
 
 
 def _generic(r: dict[str, Any]) -> list[str]:

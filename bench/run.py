@@ -19,6 +19,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "sim_speed": [],
     "rca_cost": [],
     "ingest_cost": [],
+    "gate_cost": [],
     "snapshot_cost": [],
     "agent_footprint": ["--out", "bench/results/agent_footprint.json"],
     "streams_throughput": ["--out", "bench/results/streams_throughput.json"],

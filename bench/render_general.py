@@ -1,0 +1,63 @@
+"""RESULTS.md sections for the general campaign (``bench/campaign_general.py``):
+the half tuned on and the half only reported, each file one section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_HEAD = (
+    "| half | fault runs | detected | culprit (rank) | component | detection p90 "
+    "(s) | false root causes, healthy (simulated min) | before onset on fault runs |"
+)
+
+
+def _half(r: dict[str, Any]) -> list[str]:
+    lines = [
+        "Settings (schedule, layout, counter semantics, drift, noise) and seeds "
+        "of each half are disjoint; the detection core is tuned on the tune half "
+        f"only. Wall {r['wall_s']:.0f} s on {r['cpus']} CPUs, source "
+        f"{r['commit']}. Command: `{r['command']}`.",
+        "",
+        _HEAD,
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, h in r["halves"].items():
+        lines.append(
+            f"| {name} | {h['fault_runs']} | {h['detection_rate']} | "
+            f"{h['culprit_accuracy']} | {h['component_accuracy']} | "
+            f"{h['detection_p90_s']} | {h['false_root_causes_healthy']} "
+            f"({h['healthy_minutes']}) | {h['false_root_causes_before_onset']} |"
+        )
+    lines += ["", "| setting | runs | culprit | component | false root causes |"]
+    lines.append("|---|---:|---:|---:|---:|")
+    for setting in r["per_setting"]:
+        runs = [x for x in r["rows"] if x["setting"] == setting]
+        faults = [x for x in runs if x["fault"] != "healthy"]
+        ok = sum(bool(x["rank_ok"]) for x in faults)
+        comp = sum(bool(x["component_ok"]) for x in faults)
+        false = sum(x["false_root_causes"] for x in runs)
+        n = len(faults)
+        share = (f"{ok / n:.3f}", f"{comp / n:.3f}") if n else ("-", "-")
+        lines.append(
+            f"| `{setting}` | {len(runs)} | {share[0]} | {share[1]} | {false} |"
+        )
+    return lines
+
+
+RENDERERS = {
+    "campaign_general_tune": (
+        "General campaign: tune half (simulator behaviours)",
+        "python bench/campaign_general.py --half tune",
+        _half,
+    ),
+    "campaign_general_report_faults": (
+        "General campaign: report-only half, fault runs",
+        "python bench/campaign_general.py --half report --healthy-runs 0",
+        _half,
+    ),
+    "campaign_general_report_healthy": (
+        "General campaign: report-only half, healthy runs",
+        "python bench/campaign_general.py --half report --faults none",
+        _half,
+    ),
+}
