@@ -20,6 +20,7 @@
  *   flush | tick | fin CID       (flush: write everything now; tick: one timed tick)
  *   sleep MS                     (pace the script in real time, for the tick thread)
  *   forkinit                     (a forked child inits a communicator and exits)
+ *   dlclose                      (NCCL closes the plugin after the last finalize; no event after)
  * A start whose handle came back NULL leaves ID null; events on a null ID are not sent,
  * as NCCL skips the children of an event the plugin ignored. */
 
@@ -373,6 +374,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(w[0], "flush")) {
       if (flush) flush();
+      continue;
+    }
+    if (!strcmp(w[0], "dlclose")) {
+      if (dlclose(lib) != 0) fprintf(stderr, "fake_nccl: dlclose: %s\n", dlerror());
       continue;
     }
     if (!strcmp(w[0], "forkinit")) {

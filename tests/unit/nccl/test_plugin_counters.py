@@ -527,3 +527,16 @@ def test_a_child_forked_after_init_does_not_write_the_parents_ring(
     assert "child init 3 mask 0" in r.stdout
     assert "forked after the first init" in r.stderr
     assert 0xC41D not in {c.comm for c in r.of(Comm)} and r.rings == 1
+
+
+def test_the_tick_thread_survives_nccls_dlclose(tmp_path: Path) -> None:
+    """NCCL dlcloses the plugin after the last communicator's finalize; the tick
+    thread is still running then, so the library must stay mapped."""
+    s = Script()
+    _world(s)
+    s.lines.append("fin 0")
+    s.lines.append("dlclose")
+    s.sleep(300)  # 30 ticks of 10 ms after the close
+    r = run(s, tmp_path, env={"MYCROFT_NCCL_TICK_MS": "10"})
+    assert r.stdout.splitlines()[-1] == "nulls 0"
+    assert len(r.of(Beat)) >= 1
