@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -281,7 +282,7 @@ def tcp_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 
 
 def check_bootstrap(
-    bootstrap: str, timeout_s: float = 5.0, extra: Mapping[str, str] | None = None
+    bootstrap: str, timeout_s: float = 5.0, extra: Mapping[str, Any] | None = None
 ) -> None:
     """Check that the broker at ``host:port[,...]`` answers a metadata request.
 
@@ -295,7 +296,8 @@ def check_bootstrap(
         raise BrokerError(
             f"nothing accepts connections at {bootstrap!r}; start a broker"
         )
-    admin = AdminClient({"bootstrap.servers": bootstrap} | dict(extra or {}))
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap} | dict(extra or {})
+    admin = AdminClient(config)
     try:
         brokers = admin.list_topics(timeout=timeout_s).brokers
     except KafkaException as exc:

@@ -24,14 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AdminClient
+
+# where they are defined: confluent_kafka.admin re-exports them implicitly only
+from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from mycroft.errors import BrokerError, ConfigError
 from mycroft.topics import TopicSet

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -204,7 +205,7 @@ class KafkaBroker(LocalService):
         """More ``StorageTool format`` arguments (a subclass adds SCRAM users)."""
         return []
 
-    def _client_config(self) -> dict[str, str]:
+    def _client_config(self) -> dict[str, Any]:
         """librdkafka settings of the readiness check beyond the bootstrap."""
         return {}
 
@@ -233,7 +234,8 @@ class KafkaBroker(LocalService):
         if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
             return False
         if self._admin is None:
-            config = {"bootstrap.servers": self.bootstrap} | self._client_config()
+            config: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+            config |= self._client_config()
             self._admin = AdminClient(config)
         try:
             return len(self._admin.list_topics(timeout=2).brokers) >= 1

@@ -20,10 +20,10 @@ import logging
 import os
 import secrets
 import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -191,7 +191,8 @@ class SecureKafkaBroker(KafkaBroker):
     def start(self, timeout_s: float = 120.0, *, detach: bool = False) -> str:
         """Start the broker, then create every user's ACLs (as ``admin``)."""
         bootstrap = super().start(timeout_s, detach=detach)
-        admin = AdminClient(self._client_config() | {"bootstrap.servers": bootstrap})
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+        admin = AdminClient(config | self._client_config())
         bindings = [
             b for u in self.users.values() for b in role_acls(u.grant, self.topics)
         ]
@@ -278,28 +279,13 @@ class SecureKafkaBroker(KafkaBroker):
             args += ["--add-scram", value]
         return args
 
-    def _client_config(self) -> dict[str, str]:
+    def _client_config(self) -> dict[str, Any]:
         return self.client(ADMIN).librdkafka()
 
     def _prepare(self, java: str, jars: Path) -> Path:
         config = super()._prepare(java, jars)
         config.chmod(0o600)  # it holds the keystore and inter-broker passwords
         return config
-
-
-def wait_for_user(security: KafkaSecurity, bootstrap: str, timeout_s: float) -> None:
-    """Wait until ``security``'s user can fetch metadata (users made at
-    format time can from the start; this guards a slow first login)."""
-    deadline = time.monotonic() + timeout_s
-    admin = AdminClient(security.librdkafka() | {"bootstrap.servers": bootstrap})
-    while True:
-        try:
-            admin.list_topics(timeout=2)
-            return
-        except Exception:  # noqa: BLE001 - any failure: retry until the deadline
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 DEFAULT_USERS: tuple[tuple[str, str, str], ...] = (

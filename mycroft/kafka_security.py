@@ -118,11 +118,11 @@ class KafkaSecurity:
         """Whether the connection is encrypted with TLS."""
         return self.protocol in {"SSL", "SASL_SSL"}
 
-    def librdkafka(self) -> dict[str, str]:
+    def librdkafka(self) -> dict[str, Any]:
         """The confluent-kafka (librdkafka) settings; empty for PLAINTEXT."""
         if self.protocol == "PLAINTEXT":
             return {}
-        out = {"security.protocol": self.protocol}
+        out: dict[str, Any] = {"security.protocol": self.protocol}
         if self.sasl:
             out |= {
                 "sasl.mechanisms": self.mechanism,
