@@ -41,6 +41,9 @@ from mycroft.producers.sim.opblock import OpBlock
 from mycroft.schemas.vocab import ALGORITHMS, OP_NAMES, RECV, SEND
 
 TREE = ALGORITHMS.index("tree")
+Profile = tuple[int, int, np.ndarray, bool]
+"""One flow shape of a node: peer comm rank, direction, intervals ``(G, 3, 2,
+S)``, and whether it belongs to the descent."""
 MAX_SLICES = 64
 """Slices per channel at most (bounds the simulation cost of a 1 GiB op)."""
 
@@ -193,9 +196,7 @@ class TreeAllreduce:
         dead = self.phys.fx.gpu_dead[self.ranks[:, node]]
         return avail, np.where(end > dead, np.inf, end)
 
-    def run_tree(
-        self, parents: list[int]
-    ) -> dict[int, list[tuple[int, int, np.ndarray]]]:
+    def run_tree(self, parents: list[int]) -> dict[int, list[Profile]]:
         """Per node: ``(peer comm rank, direction, intervals (G, 3, 2, S))``."""
         kids = children(parents)
         order = _preorder(parents, kids)
@@ -252,19 +253,20 @@ class TreeAllreduce:
                 b, e = self.consume(i, avail)
             st.use_down[i, :, 0, k], st.use_down[i, :, 1, k] = b, e
 
-    def _profiles(self, st: _Pass) -> dict[int, list[tuple[int, int, np.ndarray]]]:
-        out: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    def _profiles(self, st: _Pass) -> dict[int, list[Profile]]:
+        out: dict[int, list[Profile]] = {}
         for i in range(self.n):
-            rows: list[tuple[int, int, np.ndarray]] = []
+            rows: list[Profile] = []
             p = st.parents[i]
             if p >= 0:
                 # One send and one recv flow per neighbour: the climb goes
                 # to the parent, the descent comes back from it.
-                rows.append((p, SEND, st.up[i].out))
-                rows.append((p, RECV, _recv(st.down[(p, i)].out, st.use_down[i])))
+                rows.append((p, SEND, st.up[i].out, False))
+                down = _recv(st.down[(p, i)].out, st.use_down[i])
+                rows.append((p, RECV, down, True))
             for c in st.kids[i]:
-                rows.append((c, RECV, _recv(st.up[c].out, st.use_up[i])))
-                rows.append((c, SEND, st.down[(i, c)].out))
+                rows.append((c, RECV, _recv(st.up[c].out, st.use_up[i]), False))
+                rows.append((c, SEND, st.down[(i, c)].out, True))
             out[i] = rows
         return out
 
@@ -306,11 +308,19 @@ def tree_allreduce(
         flows = [
             (c, peer, d, int(offset[c % op.trees]) + j)
             for c in range(req.channels)
-            for j, (peer, d, _) in enumerate(trees[c % op.trees][i])
+            for j, (peer, d, _, _) in enumerate(trees[c % op.trees][i])
         ]
         times = np.stack([x[2] for x in profiles], axis=1)  # (G, K, 3, 2, S)
         if culprit is not None and culprit.any():
-            times[culprit.any(axis=1), ..., op.steps // 2 :] = np.inf
+            # A mismatched op climbs half way and never descends.
+            hit = culprit.any(axis=1)
+            descent = np.array([x[3] for x in profiles])
+            times[np.ix_(hit, descent)] = np.inf
+            times[np.ix_(hit, ~descent)] = np.where(
+                np.arange(op.steps) >= (op.steps + 1) // 2,
+                np.inf,
+                times[np.ix_(hit, ~descent)],
+            )
         times_of.append(times)
         flows_of.append(flows)
         key = (len(profiles), len(flows))

@@ -121,3 +121,9 @@ def test_mismatch_on_a_tree_allreduce() -> None:
     last = dp & (op["tick"] == op["tick"].max())
     assert set(op["bytes"][last].tolist()) == {1 << 30, 2 << 30}
     assert stuck_flows(tr, 10).sum() > 10
+    # It climbs half way (128 of 256 chunks) and never descends.
+    fl = tr.flow
+    mine = (fl["tick"] == fl["tick"].max()) & (fl["rank"] == 17)
+    mine &= tr.of_kind(fl, "allreduce") & (fl["bytes"] == 1 << 30)
+    assert sorted(set(fl["done"][mine].tolist())) == [0, 128]
+    assert (fl["total"][mine] == 256).all()
