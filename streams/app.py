@@ -60,6 +60,7 @@ from mycroft.streams.faust_runtime import (
     mark_sent,
     rank_chunks,
     record_job,
+    turns,
 )
 from mycroft.streams.faust_settings import StreamSettings, parse_settings
 from mycroft.streams.faust_split import build_split_app
@@ -485,19 +486,18 @@ class Pipeline:
         self.flush_rates(partition, time.time())
         where = await self.read_positions(partition)
         deadline = wall + EVAL_BUDGET_S
-        for slot in self.router.on_partition(partition):
-            read_s = {
-                t: self.read_s.get((t, partition), 0.0)
-                for t in set(self.type_topics.values())
-            }
+        read_s = {
+            t: self.read_s.get((t, partition), 0.0)
+            for t in set(self.type_topics.values())
+        }
+        slots = self.router.on_partition(partition)
+        for slot in turns(slots, lambda: time.monotonic() >= deadline):
             source = job_source(where, read_s, slot.produced_s, self.type_topics)
-            while True:
-                findings = slot.advance(source, wall, EVALS_PER_STEP)
-                if findings:
-                    slot.dirty = True
-                    await self.emit(slot.job_id, findings)
-                if not slot.clock.held or time.monotonic() >= deadline:
-                    break
+            findings = slot.advance(source, wall, EVALS_PER_STEP)
+            if findings:
+                slot.dirty = True
+                await self.emit(slot.job_id, findings)
+        for slot in slots:
             await self.report_invalid(slot.job_id, slot.engine)
             self.counts["held_jobs"] += slot.clock.held
         if wall >= self.next_snapshot.get(partition, 0.0):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import pickle
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -116,6 +116,23 @@ class JobSlot:
             self.engine, source, idle, max_evals
         )
         return out
+
+
+def turns(
+    slots: Sequence[JobSlot], out_of_time: Callable[[], bool]
+) -> Iterator[JobSlot]:
+    """The order in which a tick advances its jobs: in rounds, one step
+    (``advance`` with an evaluation budget) per job per round, while some
+    job still holds what its clock could release and time is left. Every job
+    gets its first step; a job with a backlog (a flood, a worker catching
+    up) gets no more turns than any other held job, so it cannot starve
+    the jobs behind it."""
+    pending = list(slots)
+    while pending:
+        yield from pending
+        if out_of_time():
+            return
+        pending = [s for s in pending if s.clock.held]
 
 
 def dump_slot(slot: JobSlot) -> bytes:

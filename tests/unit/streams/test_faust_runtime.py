@@ -37,6 +37,7 @@ from mycroft.streams.faust_runtime import (
     rank_chunks,
     record_job,
     record_time_ns,
+    turns,
 )
 from tests.unit.samples import T0, all_records, completion_batch, state_batch
 
@@ -380,3 +381,36 @@ def test_heartbeats_read_ahead_of_state_do_not_age_the_hosts() -> None:
     ]
     assert causes and causes[-1].culprits[0].rank == 5
     assert causes[-1].culprits[0].component.value == "gpu"
+
+
+@dataclass
+class _Held:
+    """A job with ``backlog`` steps to go: held until they are done."""
+
+    backlog: int
+    steps: int = 0
+
+    @property
+    def held(self) -> bool:
+        return self.steps < self.backlog
+
+
+@dataclass
+class _Slot:
+    clock: _Held
+
+
+def test_a_flooding_job_gets_no_more_turns_than_the_others() -> None:
+    flood, small, idle = _Slot(_Held(10**6)), _Slot(_Held(3)), _Slot(_Held(0))
+    order, budget = [], 12
+
+    def out_of_time() -> bool:
+        return len(order) >= budget
+
+    for slot in turns([flood, small, idle], out_of_time):  # type: ignore[list-item]
+        slot.clock.steps += 1
+        order.append(slot)
+    assert order.count(idle) == 1  # every job gets its first step
+    assert order.count(small) == 3  # the small job's backlog is done
+    assert order.count(flood) == budget - 4  # the flood only uses what is left
+    assert order[:3] == [flood, small, idle]  # rounds, not one job to its end
