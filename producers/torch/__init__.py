@@ -16,8 +16,9 @@ Settings (read only by :func:`install_from_env`, never at import):
 --ring-dir`` reads), ``MYCROFT_TORCH_RING_SLOTS`` (65536),
 ``MYCROFT_TORCH_BEAT_S`` (0.1), ``MYCROFT_TORCH_KEEP_RING=1`` (leave the ring
 file at a clean exit), ``MYCROFT_TORCH_FR=0`` (do not poll the Flight
-Recorder), ``MYCROFT_TORCH_FR_POLL_S`` (0.5). ``TORCH_FR_BUFFER_SIZE`` is set
-to 256 when unset and torch is not imported yet.
+Recorder), ``MYCROFT_TORCH_FR_POLL_S`` (0: read its entries on every beat
+that has new ones). ``TORCH_FR_BUFFER_SIZE`` is set to 128 when unset and
+torch is not imported yet.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
     ``ring_dir`` (default ``/dev/shm/mycroft``). With ``flight_recorder``
     the Flight Recorder's live buffer is polled on every beat, so that ops
     issued from C++ (DDP) are recorded too (``frlive``); ``fr_poll_s`` is
-    the longest wait between two reads of its entries.
+    the shortest wait between two reads of its entries.
     """
     running = _state.get("tracer")
     if isinstance(running, Tracer):

@@ -8,14 +8,14 @@ writes the ops the wrappers did not see.
 
 Per tick (``Tracer.beat_s``) it reads the FR *header* (``pg_status`` only,
 ~10 us): the newest enqueued and completed collective of each group (keyed
-by an id the entries map to the group's name). Entries already in the
-recorder when polling starts are skipped. Only when
-a group has enqueued a collective this rank has not recorded yet does it read
-the entries (cost grows with the ring: ~5 us per entry to dump and as much to
-decode), at most every ``full_period_s`` unless the unread entries reach half
-of ``capacity``. Entries are taken incrementally by ``record_id``; a gap in
-record ids (the ring wrapped between reads) is counted in ``stats.lost`` and
-reported as dropped ops in the beat.
+by an id the entries map to the group's name). Only when a group has enqueued
+a collective this rank has not recorded yet does it read the entries (cost
+grows with the ring: ~5 us per entry to dump, ~2 to decode), at most every
+``full_period_s`` (default 0: every tick) unless the unread entries reach
+half of ``capacity``. Entries are taken incrementally by ``record_id``; a gap
+in record ids (the ring wrapped between reads) is counted in ``stats.lost``
+and reported as dropped ops in the beat. Entries already in the recorder
+when polling starts are skipped.
 
 Numbering: an op of group ``g`` is ``(comm_hash(g), collective_seq_id - 1)``,
 the same on every rank and the same the wrappers use while the poller runs
@@ -43,11 +43,16 @@ from mycroft.producers.torch.tracer import CommRef, Tracer
 
 log = logging.getLogger(__name__)
 
-DEFAULT_FR_ENTRIES = 256
+DEFAULT_FR_ENTRIES = 128
 """``TORCH_FR_BUFFER_SIZE`` the tracer asks for when it is unset (torch's
-default is 2000; a read of the full ring holds the GIL ~5 us per entry)."""
-DEFAULT_FULL_PERIOD_S = 0.5
-"""Longest wait between two entry reads while unrecorded ops exist."""
+default is 2000). A read costs ~7 us per entry of the ring (dump and decode,
+GIL held), so 128 entries read every 100 ms tick cost < 1 ms per tick, and
+up to ~1,200 collectives a second are read before the ring wraps."""
+DEFAULT_FULL_PERIOD_S = 0.0
+"""Shortest wait between two entry reads while unrecorded ops exist (0: every
+tick). Longer waits lag the C++-issued ops of each rank by up to the wait,
+differently on every rank; a 0.5 s wait made a healthy rank look late to the
+hang detector in a DDP straggler run."""
 
 _FR_DTYPES = {
     "Float": "float32",
@@ -172,7 +177,7 @@ class FrPoller:
         resolve: group name -> its ``CommRef`` (registers it), None if this
             rank is not a member or the group is unknown.
         capacity: the FR ring's entries (``TORCH_FR_BUFFER_SIZE``).
-        full_period_s: longest wait between entry reads while unrecorded
+        full_period_s: shortest wait between entry reads while unrecorded
             ops exist.
         clock_ns: wall clock (tests hand in their own).
     """

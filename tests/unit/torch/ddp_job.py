@@ -58,9 +58,7 @@ def train(args: argparse.Namespace) -> None:
     if rank == args.culprit and args.scenario != "none":
         net[0].register_full_backward_hook(_fault_hook(args, state))
     layer_mb = (w * w + w) * 4 / 2**20
-    model = torch.nn.parallel.DistributedDataParallel(
-        net, bucket_cap_mb=layer_mb * 1.1
-    )
+    model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=layer_mb * 1.1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     torch.manual_seed(rank)
     t0 = time.perf_counter()
