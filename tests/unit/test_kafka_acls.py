@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from mycroft.errors import ConfigError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra.kafka_acls import Grant, role_acls
-from mycroft.infra.kafka_security import SecureKafkaBroker, User
+from mycroft.infra.kafka_security import SecureKafkaBroker, User, cli_broker
 from mycroft.topics import TopicSet
 
 TOPICS = TopicSet("p.")
@@ -94,3 +95,22 @@ def test_secure_properties_and_scram_arguments(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "tls" / "ca.pem").stat().st_mode & 0o077 == 0
     with pytest.raises(ConfigError):
         SecureKafkaBroker([user, user], TOPICS, tmp_path / "c")
+
+
+def test_cli_broker_reuses_the_saved_passwords(tmp_path: Path) -> None:
+    clients = tmp_path / "b" / "clients"
+    clients.mkdir(parents=True)
+    for name in ("admin", "agent"):
+        (clients / f"{name}.json").write_text(
+            json.dumps({"sasl_password": f"pw-{name}"})
+        )
+    broker = cli_broker(tmp_path / "b", "p.")
+    assert broker.admin_password.reveal() == "pw-admin"
+    assert broker.users["agent"].password.reveal() == "pw-agent"
+    assert broker.users["streams"].password.reveal() not in {"", "pw-agent"}
+    assert {u.grant.role for u in broker.users.values()} == {
+        "agent",
+        "worker",
+        "sinks",
+        "subscriber",
+    }
