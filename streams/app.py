@@ -528,6 +528,9 @@ class Pipeline:
             len(self.router.slots),
             " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())),
         )
+        self.metrics.observe(
+            self.max_lag_s, hold, len(self.router.slots), self.counts["rows"]
+        )
         self.counts["rows"] = 0
         self.last_stats, self.max_lag_s = wall, 0.0
 

@@ -5,9 +5,11 @@ engine) rejects them; the worker drains the rejections after each
 evaluation, sends the rejected rows to the dead-letter topic (re-encoded as
 a record of the same type and header, reason in the headers), and counts
 them in ``mycroft_invalid_records_total{reason,host}``, served with the
-worker's other metrics on ``--metrics-port`` (alert ``MycroftInvalidRecords``
-in ``infra/prometheus/``). ``mycroft_flagged_hosts{job,host}`` is 1 for a
-host that kept sending invalid data (``Contract.flag_after``).
+worker's other metrics (its record lag, event-time hold, jobs and intake,
+the same numbers its ``stats`` log line gives) on ``--metrics-port``
+(alert ``MycroftInvalidRecords`` in ``infra/prometheus/``).
+``mycroft_flagged_hosts{job,host}`` is 1 for a host that kept sending invalid
+data (``Contract.flag_after``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,34 @@ class WorkerMetrics:
             ["topic"],
             registry=self.registry,
         )
+
+        self.lag = Gauge(
+            "mycroft_worker_record_lag_seconds",
+            "Worst age of a record when the worker read it (now minus its "
+            "broker time) over the last stats interval",
+            registry=self.registry,
+        )
+        self.hold = Gauge(
+            "mycroft_worker_event_hold_seconds",
+            "Longest span of a job's event time read but not yet evaluated "
+            "(the watermark waiting on a slower source, or a backlog)",
+            registry=self.registry,
+        )
+        self.jobs = Gauge(
+            "mycroft_worker_jobs", "Jobs the worker holds", registry=self.registry
+        )
+        self.rows = Counter(
+            "mycroft_worker_rank_state_rows_total",
+            "Rank-state rows decoded (rate(): the worker's intake)",
+            registry=self.registry,
+        )
+
+    def observe(self, lag_s: float, hold_s: float, jobs: int, rows: int) -> None:
+        """The worker's stats of one interval, as logged."""
+        self.lag.set(lag_s)
+        self.hold.set(hold_s)
+        self.jobs.set(jobs)
+        self.rows.inc(rows)
 
     def serve(self, port: int) -> None:
         """Serve ``/metrics`` on ``port`` (0: not served)."""

@@ -51,6 +51,7 @@ def settings(
         partitions=2,
         evaluate_interval_s=0.1,
         snapshot_interval_s=0.5,
+        stats_interval_s=1.0,
         data_dir=str(tmp_path / "data"),
         metrics_port=_free_port(),
     )
@@ -154,5 +155,15 @@ def test_wrong_records_are_dead_lettered_counted_and_never_name_a_culprit(
     }
     assert counted >= {"rank-out-of-range", "time-out-of-range", "empty-state"}
     assert 'mycroft_tombstones_total{topic="' in text
+    worker_stats = {
+        name: float(value)
+        for name, value in (
+            line.split(" ", 1) for line in text.splitlines() if not line.startswith("#")
+        )
+        if name.startswith("mycroft_worker_")
+    }
+    assert worker_stats["mycroft_worker_jobs"] >= 1
+    assert worker_stats["mycroft_worker_rank_state_rows_total"] > 0
+    assert 0 <= worker_stats["mycroft_worker_record_lag_seconds"] < 60
     log = worker.log()
     assert "Traceback" not in log and "host h9 left job" in log
