@@ -19,7 +19,7 @@ from mycroft.producers.sim.faults import FAULTS, parse_spec
 from mycroft.streams.analyze import Replay, to_json
 
 ALL_FAULTS: tuple[str, ...] = tuple(FAULTS)
-"""The 13 fault types of the simulator."""
+"""Every fault type of the simulator (`producers/sim/faults.py`)."""
 
 
 @dataclass(frozen=True)
