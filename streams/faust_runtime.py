@@ -30,7 +30,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 11  # 11: the gate keeps each comm's (member, comm) pairs
+SNAPSHOT_VERSION = 12  # 12: the gate joins partial comm declarations
 MAX_ANOMALY_IDS = 2048
 
 

@@ -34,6 +34,8 @@ from mycroft.streams.core.topology_contract import TopologyView, topology_proble
 MAX_KEPT = 1024
 """Rejections kept for the edge between two ``take`` calls (the rest counted)."""
 Batch: TypeAlias = StateBatch | CompletionBatch
+_Held: TypeAlias = tuple[int, Batch, frozenset[int] | None]
+"""Held rows: (event-time deadline, rows as sent, ``_admit_batch``'s ``rel``)."""
 
 
 @dataclass
@@ -65,7 +67,9 @@ class RecordGate:
         self._rc_seen: dict[str, tuple[bytes, int, np.ndarray, np.ndarray]] = {}
         self._keys: tuple[object, np.ndarray] = (None, np.zeros(0, np.uint64))
         self._owner: tuple[object, np.ndarray | None] = (None, None)
-        self.held: list[tuple[int, Batch]] = []  # (event-time deadline, rows)
+        # (event-time deadline, rows, comms whose flow peers are positions:
+        # None when the host had declared nothing, decided on release)
+        self.held: list[_Held] = []
         self.rejected: list[Rejection] = []
         self.counts: Counter[tuple[str, str]] = Counter()
         self.flagged: set[str] = set()
@@ -102,8 +106,8 @@ class RecordGate:
         """Reject held rows whose wait ended by event time ``now_ns``."""
         if not self.held or self.held[0][0] > now_ns:
             return
-        due = [b for d, b in self.held if d <= now_ns]
-        self.held = [(d, b) for d, b in self.held if d > now_ns]
+        due = [b for d, b, _ in self.held if d <= now_ns]
+        self.held = [e for e in self.held if e[0] > now_ns]
         for batch in due:
             self._reject_unexplained(batch)
 
@@ -116,17 +120,20 @@ class RecordGate:
 
     def _admit_topology(self, topo: Topology, now_ns: int) -> list[Record]:
         problem = topology_problem(topo, self.contract)
+        conflict = "" if problem else self.topo.conflict(topo)
+        if conflict:
+            problem = Reason.BAD_TOPOLOGY, f"conflicting members: {conflict}"
         if problem is not None:
             reason, detail = problem
             self._reject(Rejection(reason, "Topology", topo.host, 1, detail, topo))
             return []
-        self.topo.add(topo)
+        out: list[Record] = list(self.topo.add(topo))
+        own = len(out)
         self.left.discard(topo.host)
         waiting, self.held = self.held, []
-        out: list[Record] = [topo]
-        for deadline, batch in waiting:
-            out.extend(self._admit_batch(batch, deadline, again=True))
-        self.released = len(out) - 1
+        for deadline, batch, rel in waiting:
+            out.extend(self._admit_batch(batch, deadline, again=True, rel=rel))
+        self.released = len(out) - own
         return out
 
     def _admit_heartbeat(self, hb: Heartbeat) -> bool:
@@ -141,8 +148,15 @@ class RecordGate:
         return True
 
     def _admit_batch(
-        self, b: Batch, deadline: int, again: bool = False
+        self,
+        b: Batch,
+        deadline: int,
+        again: bool = False,
+        rel: frozenset[int] | None = None,
     ) -> list[Record]:
+        """``rel``: the comms whose flow peers are positions in ``b``, as the
+        host's topology said when ``b`` arrived (held rows keep them; ``None``
+        if it had said nothing, then its topology at release decides)."""
         h = b.header
         name = type(b).__name__
         problem = self._record_problem(h.job_id, h.host, h.tick_ns, again)
@@ -154,6 +168,8 @@ class RecordGate:
                 Rejection(reason, name, h.host, _nrows(b), detail, b, h.tick_ns)
             )
             return []
+        rel = self.topo.relative(h.host) if rel is None else rel
+        as_sent, b = b, self._globalize(b, rel or frozenset())
         if self._clean(b):
             self.clocks.accept(h.host, h.tick_ns)
             if isinstance(b, StateBatch):
@@ -161,15 +177,16 @@ class RecordGate:
             return [b]
         split = self._split(b)
         if isinstance(b, StateBatch):
-            return self._admit_snapshot(b, split, deadline)
+            assert isinstance(as_sent, StateBatch)  # noqa: S101 - same type
+            return self._admit_snapshot(b, split, (deadline, as_sent, rel))
         if not any(c.any() for c in split.codes.values()) and not any(
             h.any() for h in split.held.values()
         ):
             self.clocks.accept(h.host, h.tick_ns)
             return [b]
-        held = _cut(b, split.held)
+        held = _cut(as_sent, split.held)  # peers as sent: mapped when released
         if _nrows(held):
-            self._hold(deadline, held)
+            self._hold((deadline, held, rel))
         for code in sorted(set(np.concatenate(list(split.codes.values())).tolist())):
             if code:
                 self._reject_code(b, split.codes, code)
@@ -184,7 +201,7 @@ class RecordGate:
         return [valid]
 
     def _admit_snapshot(
-        self, b: StateBatch, split: _Split, deadline: int
+        self, b: StateBatch, split: _Split, hold: _Held
     ) -> list[Record]:
         """A state batch is one snapshot of the host: a part of it would
         read as ops that ended and ranks that fell silent, so it is taken,
@@ -200,7 +217,7 @@ class RecordGate:
             self._reject_whole(b, reason, f"snapshot rejected whole: rows {tally}")
             return []
         if any(h.any() for h in split.held.values()):
-            self._hold(deadline, b)
+            self._hold(hold)
             return []
         hs = self._host(b.header.host)
         self.clocks.accept(b.header.host, b.header.tick_ns)
@@ -332,11 +349,26 @@ class RecordGate:
 
     # -- holding and rejecting ---------------------------------------------
 
-    def _hold(self, deadline: int, batch: Batch) -> None:
-        self.held.append((deadline, batch))
+    def _globalize(self, b: Batch, rel: frozenset[int]) -> Batch:
+        """``b`` with flow peers of the complete comms of ``rel`` (positions
+        in the comm) mapped to global ranks; ``b`` when there are none."""
+        owner = self._owners(b)
+        if not rel or not len(b.flow) or owner is None:
+            return b
+        peer = self.topo.global_peers(b.op["comm"][owner], b.flow["peer"], rel)
+        if peer is None:
+            return b
+        flow = b.flow.copy()
+        flow["peer"] = peer
+        if isinstance(b, StateBatch):
+            return StateBatch(b.header, b.rc, b.op, flow)
+        return CompletionBatch(b.header, b.op, flow)
+
+    def _hold(self, entry: _Held) -> None:
+        self.held.append(entry)
         self.held.sort(key=lambda e: e[0])
         while len(self.held) > self.contract.max_held:
-            _, old = self.held.pop(0)
+            _, old, _ = self.held.pop(0)
             self._reject_whole(old, Reason.HOLD_OVERFLOW, "held rows over the bound")
 
     def _reject_unexplained(self, b: Batch) -> None:

@@ -10,6 +10,12 @@ import numpy as np
 from mycroft.schemas.records import CommMembership, Topology
 from mycroft.streams.core import row_checks as rows
 from mycroft.streams.core.contract import Contract, Reason
+from mycroft.streams.core.membership import (
+    UNKNOWN,
+    MembershipJoin,
+    is_partial,
+    resolved,
+)
 
 MAX_WORLD = 1 << 20
 """Largest rank number a topology may declare (a million ranks)."""
@@ -30,23 +36,34 @@ class TopologyView:
     pair_comm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     # Per host: (version, sorted pair keys of its ranks in each of their comms).
     _own: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
+    # Comms declared in part by some host, until every position is known.
+    join: MembershipJoin = field(default_factory=MembershipJoin)
 
     @property
     def world(self) -> int:
         """One past the highest rank any record declared (0: none)."""
         return len(self.rank_host)
 
-    def add(self, topo: Topology) -> None:
-        """Take one host's (valid) topology: it replaces what the host said."""
+    def conflict(self, topo: Topology) -> str:
+        """Why ``topo``'s members contradict earlier declarations, or ``""``."""
+        return self.join.conflict(topo, self.comms)
+
+    def add(self, topo: Topology) -> list[Topology]:
+        """Take one host's (valid, not conflicting) topology: it replaces what
+        the host said. Returns the records to pass on: ``topo`` with its
+        partial declarations resolved (``membership.resolved``), after the
+        earlier records of other hosts whose comms ``topo`` completed."""
         self.version += 1
         hid = self.host_ids.setdefault(topo.host, len(self.host_ids))
         ranks = np.array([rt.rank for rt in topo.ranks], dtype=np.int64)
         new_comms = False
         for rt in topo.ranks:
             for m in rt.comms:
-                if m.comm not in self.comms:
+                if m.comm not in self.comms and not is_partial(m):
                     self.comms[m.comm] = tuple(m.ranks)
                     new_comms = True
+        completed = self.join.declare(topo, self.comms)
+        new_comms = new_comms or bool(completed)
         top = max([int(ranks.max()) if len(ranks) else -1] + self._highest(topo))
         if top >= self.world:
             grown = np.full(top + 1, -1, dtype=np.int32)
@@ -57,6 +74,34 @@ class TopologyView:
         self.hosts[topo.host] = ranks
         if new_comms:
             self._rebuild_members()
+        again = self.join.waiting_on(completed, topo.host)
+        return [resolved(t, self.comms) for t in [*again, topo]]
+
+    def relative(self, host: str) -> frozenset[int] | None:
+        """Comms ``host`` declared in part: its flow peers there are positions
+        (``None``: the host declared nothing yet)."""
+        return self.join.relative.get(host)
+
+    def global_peers(
+        self, comm: np.ndarray, peer: np.ndarray, relative: frozenset[int]
+    ) -> np.ndarray | None:
+        """Flow ``peer`` s with positions in the complete comms of ``relative``
+        mapped to global ranks (a position outside the comm: ``-1``), or
+        ``None`` when no row is of such a comm."""
+        out: np.ndarray | None = None
+        for c in sorted(relative):
+            members = self.comms.get(c)
+            rows_c = comm == np.uint64(c & 0xFFFF_FFFF_FFFF_FFFF)
+            if members is None or not rows_c.any():
+                continue
+            out = peer.copy() if out is None else out
+            table = np.asarray(members, dtype=np.int64)
+            pos = peer[rows_c].astype(np.int64)
+            inside = (pos >= 0) & (pos < len(table))
+            mapped = np.full(len(pos), UNKNOWN, dtype=np.int64)
+            mapped[inside] = table[pos[inside]]
+            out[rows_c] = mapped
+        return out
 
     def drop_host(self, host: str) -> None:
         """Forget the ranks of ``host`` (it left the job)."""
@@ -65,6 +110,7 @@ class TopologyView:
         if hid is not None:
             self.rank_host[self.rank_host == hid] = -1
         self.hosts.pop(host, None)
+        self.join.forget(host)
 
     def place(
         self, rank: np.ndarray, comm: np.ndarray, host: str, codes: np.ndarray
@@ -150,17 +196,27 @@ def topology_problem(topo: Topology, c: Contract) -> tuple[Reason, str] | None:
 
 
 def _membership_problem(rank: int, m: CommMembership) -> str:
-    members = set(m.ranks)
-    if len(members) != len(m.ranks) or m.nranks != len(m.ranks):
+    """A partial declaration (``membership.UNKNOWN`` at the positions the
+    host does not know) is checked on what it declares: its channel and
+    connection peers are only checked to be ranks, the members being
+    unknown yet."""
+    known = [r for r in m.ranks if r != UNKNOWN]
+    members = set(known)
+    if len(members) != len(known) or m.nranks != len(m.ranks):
         return f"nranks {m.nranks} but {len(m.ranks)} members, or members repeat"
-    if not all(0 <= r < MAX_WORLD for r in m.ranks):
+    if not all(0 <= r < MAX_WORLD for r in known):
         return "a member rank is out of range"
     if not 0 <= m.comm_rank < m.nranks or m.ranks[m.comm_rank] != rank:
         return f"comm_rank {m.comm_rank} does not point at the rank"
+    inside = members.__contains__ if len(known) == len(m.ranks) else _in_range
     for ch in m.channels:
         peers = (ch.ring_prev, ch.ring_next, ch.tree_parent, *ch.tree_children)
-        if ch.channel < 0 or any(p != -1 and p not in members for p in peers):
+        if ch.channel < 0 or any(p != -1 and not inside(p) for p in peers):
             return f"channel {ch.channel} names a peer outside the comm"
-    if any(cn.peer not in members or cn.channel < 0 for cn in m.connections):
+    if any(not inside(cn.peer) or cn.channel < 0 for cn in m.connections):
         return "a connection names a peer outside the comm"
     return ""
+
+
+def _in_range(rank: int) -> bool:
+    return 0 <= rank < MAX_WORLD
