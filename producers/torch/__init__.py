@@ -18,7 +18,7 @@ Settings (read only by :func:`install_from_env`, never at import):
 file at a clean exit), ``MYCROFT_TORCH_FR=0`` (do not poll the Flight
 Recorder), ``MYCROFT_TORCH_FR_POLL_S`` (0: read its entries on every beat
 that has new ones). ``TORCH_FR_BUFFER_SIZE`` is set to 128 when unset and
-torch is not imported yet.
+no process group exists yet.
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
 
     fr = None
     if flight_recorder:
-        loaded = "torch.distributed" in sys.modules
-        fr = FrConfig(fr_capacity(os.environ, loaded), fr_poll_s)
+        loaded = sys.modules.get("torch.distributed")
+        made = loaded is not None and bool(loaded.is_initialized())
+        fr = FrConfig(fr_capacity(os.environ, made), fr_poll_s)
     dist = importlib.import_module("torch.distributed")
     tracer = Tracer(ring_dir or DEFAULT_RING_DIR, nslots, beat_s, not keep_ring)
     patcher = Patcher(tracer, dist, fr)
@@ -122,13 +123,13 @@ def uninstall() -> None:
         tracer.close()
 
 
-def fr_capacity(env: MutableMapping[str, str], torch_loaded: bool) -> int:
+def fr_capacity(env: MutableMapping[str, str], recorder_made: bool) -> int:
     """The Flight Recorder's ring size in entries; asks for ours if unset.
 
     ``TORCH_FR_BUFFER_SIZE`` (``TORCH_NCCL_TRACE_BUFFER_SIZE`` before 2.8)
-    wins when set. Unset, it is set to :data:`DEFAULT_FR_ENTRIES` while
-    ``torch.distributed`` is not imported yet (the recorder reads it once);
-    later, torch's own default (2000) is in force.
+    wins when set. Unset, it is set to :data:`DEFAULT_FR_ENTRIES` unless a
+    process group exists already (torch reads it when the first group is
+    made; then torch's own default, 2000, is in force).
     """
     for name in (FR_SIZE_ENV, "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         raw = env.get(name, "").strip()
@@ -137,7 +138,7 @@ def fr_capacity(env: MutableMapping[str, str], torch_loaded: bool) -> int:
                 return max(0, int(raw))
             except ValueError:
                 return 0  # torch would not parse it either
-    if torch_loaded:
+    if recorder_made:
         return TORCH_FR_DEFAULT_ENTRIES
     env[FR_SIZE_ENV] = str(DEFAULT_FR_ENTRIES)
     return DEFAULT_FR_ENTRIES

@@ -354,3 +354,17 @@ def test_a_group_made_again_under_the_same_name() -> None:
     assert ref.known == 2 and p.stats.lost == 0
     p.poll()
     assert p.stats.reads == 1  # the old id's count is not read as unread
+
+
+def test_fr_capacity_asks_for_a_small_ring_only_when_unset() -> None:
+    from mycroft.producers.torch import fr_capacity  # noqa: PLC0415
+
+    env: dict[str, str] = {}
+    assert fr_capacity(env, recorder_made=False) == 128
+    assert env == {"TORCH_FR_BUFFER_SIZE": "128"}
+    assert fr_capacity({}, recorder_made=True) == 2000  # torch's, already in force
+    assert fr_capacity({"TORCH_FR_BUFFER_SIZE": "4000"}, recorder_made=False) == 4000
+    assert (
+        fr_capacity({"TORCH_NCCL_TRACE_BUFFER_SIZE": "64"}, recorder_made=False) == 64
+    )
+    assert fr_capacity({"TORCH_FR_BUFFER_SIZE": "0"}, recorder_made=False) == 0
