@@ -127,6 +127,10 @@ class Aggregator:
         self.topology_changed = False
         self._done_ops: list[tuple[object, ...]] = []
         self._done_flows: list[tuple[object, ...]] = []
+        self._done_owner: list[tuple[int, int]] = []  # (rank, comm) per done flow
+        # comm -> {position: global rank} of this host's ranks (from COMM)
+        self.positions: dict[int, dict[int, int]] = {}
+        self.sizes: dict[int, int] = {}
 
     def add_rank(self, source: str, rank: int, pid: int, local_rank: int = -1) -> None:
         """Register a training process (one ring) under key ``source``."""
@@ -155,11 +159,42 @@ class Aggregator:
             cs = st.comms.setdefault(record.comm, CommState())
             cs.nranks, cs.comm_rank = record.nranks, record.comm_rank
             cs.nchannels, cs.gpu = record.nchannels, record.gpu
+            if 0 <= record.comm_rank < record.nranks:
+                self.positions.setdefault(record.comm, {})[record.comm_rank] = st.rank
+                self.sizes[record.comm] = record.nranks
             self.topology_changed = True
         elif isinstance(record, CommRanks | CommName):
             self._membership(st.comms.setdefault(record.comm, CommState()), record)
         elif not isinstance(record, Beat):  # pragma: no cover - exhaustive union
             raise TypeError(f"unknown ring record {record!r}")
+
+    def members(self, comm: int) -> tuple[int, ...]:
+        """Global ranks of ``comm`` in its order as this host knows them.
+
+        A ring that listed them (COMM_RANKS) gives them (``()`` until all
+        are listed). Without one (the NCCL plugin), the host's own ranks at
+        their positions and ``-1`` at the others: a partial declaration
+        (``streams/core/membership.py``), unless every member runs here.
+        """
+        listed = [
+            cs.ranks for st in self.ranks.values()
+            if (cs := st.comms.get(comm)) is not None and cs.members
+        ]  # fmt: skip
+        if listed:
+            return max(listed, key=len)
+        known = self.positions.get(comm, {})
+        return tuple(known.get(i, -1) for i in range(self.sizes.get(comm, 0)))
+
+    def _peer_map(self, cs: CommState, comm: int) -> tuple[int, ...] | None:
+        """Position -> global rank for flow peers of a rank's ``comm``: only
+        where its ring listed no members (peers are positions, ``ring.md``
+        §4b) and every position is known on this host."""
+        if cs.members:
+            return None
+        known = self.positions.get(comm, {})
+        if not known or len(known) != self.sizes.get(comm):
+            return None
+        return tuple(known[i] for i in range(len(known)))
 
     def _membership(self, cs: CommState, record: CommRanks | CommName) -> None:
         if isinstance(record, CommName):
@@ -237,6 +272,7 @@ class Aggregator:
             )
         )
         self._done_flows.extend(flows)
+        self._done_owner.extend([(st.rank, r.comm)] * len(flows))
 
     def tick(self) -> TickRows:
         """Rows of the current state plus the completions since the last tick."""
@@ -261,10 +297,11 @@ class Aggregator:
                         len(op.flows),
                     )
                 )
+                table = self._peer_map(st.comms.get(comm, CommState()), comm)
                 flows.extend(
                     (
                         k[0],
-                        k[1],
+                        _mapped(table, k[1]),
                         k[2],
                         s.total,
                         s.gpu_ready,
@@ -281,8 +318,30 @@ class Aggregator:
             _rows(self._done_ops, DONE_OP_COLUMNS),
             _rows(self._done_flows, DONE_FLOW_COLUMNS),
         )
-        self._done_ops, self._done_flows = [], []
+        self._map_done_peers(rows.done_flow)
+        self._done_ops, self._done_flows, self._done_owner = [], [], []
         return rows
+
+    def _map_done_peers(self, flow: np.ndarray) -> None:
+        """Completion flow peers as ``tick`` maps the in-flight ones: with
+        what the host knows now, the knowledge its topology says."""
+        by_rank = {st.rank: st for st in self.ranks.values()}
+        tables: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        for i, key in enumerate(self._done_owner):
+            if key not in tables:
+                st = by_rank.get(key[0])
+                cs = st.comms.get(key[1]) if st is not None else None
+                tables[key] = None if cs is None else self._peer_map(cs, key[1])
+            table = tables[key]
+            if table is not None:
+                flow["peer"][i] = _mapped(table, int(flow["peer"][i]))
+
+
+def _mapped(table: tuple[int, ...] | None, peer: int) -> int:
+    """``peer``, a position in the comm, as a global rank (``-1``: outside)."""
+    if table is None:
+        return peer
+    return table[peer] if 0 <= peer < len(table) else -1
 
 
 def _rows(rows: list[tuple[object, ...]], group: Group) -> np.ndarray:

@@ -173,7 +173,9 @@ class Agent:
                 "",
                 "",
                 tuple(
-                    CommMembership(c, cs.name, cs.nranks, cs.comm_rank, cs.ranks)
+                    CommMembership(
+                        c, cs.name, cs.nranks, cs.comm_rank, self.agg.members(c)
+                    )
                     for c, cs in sorted(st.comms.items())
                     if cs.nranks > 0
                 ),

@@ -76,3 +76,38 @@ def test_in_flight_ops_are_bounded_and_evictions_counted() -> None:
         agg.apply("r0", L.OpIssued(s, C, s, 1, 0, 0, 0, 0))
     assert agg.evicted == 6
     assert agg.tick().op["seq"].tolist() == [6, 7, 8, 9]
+
+
+def test_a_comm_without_listed_members_is_declared_by_its_positions() -> None:
+    """The NCCL plugin writes no COMM_RANKS: the host's own ranks at their
+    positions, -1 at the others; flow peers stay positions (the worker maps)."""
+    agg = _agg()  # rank 3 at position 3 of 8
+    agg.add_rank("r5", rank=5, pid=101)
+    agg.apply("r5", L.Comm(10, C, 8, 6, 2, 1))
+    assert agg.members(C) == (-1, -1, -1, 3, -1, -1, 5, -1)
+    agg.apply("r3", L.FlowProgress(200, C, 0, 0, 0, 6, 8, 3, 2, 1))
+    assert agg.tick().flow["peer"].tolist() == [6]
+
+
+def test_flow_peers_are_mapped_when_every_position_runs_here() -> None:
+    agg = Aggregator()
+    for pos, rank in enumerate((12, 13)):
+        agg.add_rank(f"r{rank}", rank=rank, pid=rank)
+        agg.apply(f"r{rank}", L.Comm(10, C, 2, pos, 1, pos))
+    assert agg.members(C) == (12, 13)
+    agg.apply("r12", L.FlowProgress(200, C, 0, 0, 0, 1, 8, 3, 2, 1))
+    agg.apply("r13", L.FlowProgress(200, C, 0, 0, 1, 0, 8, 3, 2, 1))
+    agg.apply("r13", L.FlowDone(400, C, 0, 190, 0, 1, 0, 8))
+    agg.apply("r13", L.OpDone(410, C, 0, 180, 1))
+    rows = agg.tick()
+    assert rows.flow["peer"].tolist() == [13]
+    assert rows.done_flow["peer"].tolist() == [12]
+
+
+def test_listed_members_and_their_global_peers_are_kept() -> None:
+    agg = _agg()
+    agg.apply("r3", L.CommRanks(10, C, 8, 0, 0, 1, 2, 3, 4, 5))
+    agg.apply("r3", L.CommRanks(10, C, 8, 6, 6, 7))
+    assert agg.members(C) == tuple(range(8))
+    agg.apply("r3", L.FlowProgress(200, C, 0, 0, 0, 7, 8, 3, 2, 1))
+    assert agg.tick().flow["peer"].tolist() == [7]
