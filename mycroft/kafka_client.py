@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from mycroft.errors import BrokerError, DecodeError
+from mycroft.kafka_logging import client_logger
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Record, Topology
 from mycroft.topics import TopicSet, partition_for
@@ -38,6 +39,7 @@ def producer_config(
         "compression.type": "lz4",
         "linger.ms": 20,
         "message.timeout.ms": 120_000,
+        "logger": client_logger(),
     }
     return cfg | (extra or {})
 
@@ -81,7 +83,9 @@ def create_missing(
     Raises:
         BrokerError: the broker refused a topic for another reason than existing.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap} | (extra or {}))
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "logger": client_logger()} | (extra or {})
+    )
     created = []
     for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
         try:
@@ -237,6 +241,7 @@ class DecodingConsumer:
                 "group.id": group_id,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": auto_commit,
+                "logger": client_logger(),
             }
             | (extra or {})
         )

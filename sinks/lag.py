@@ -25,6 +25,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Gauge
 
+from mycroft.kafka_logging import client_logger
+
 logger = logging.getLogger(__name__)
 
 METRIC_NAMES = ("mycroft_consumer_lag_records", "mycroft_topic_end_offset")
@@ -79,7 +81,9 @@ class LagMonitor:
     def read_once(self, timeout_s: float = 10.0) -> None:
         """Read every group's offsets once and set the gauges."""
         for group in self.groups:
-            consumer = Consumer(self._config | {"group.id": group})
+            consumer = Consumer(
+                self._config | {"group.id": group, "logger": client_logger()}
+            )
             try:
                 self._read_group(consumer, group, timeout_s)
             finally:

@@ -1,0 +1,54 @@
+"""librdkafka's lines go through Python logging, rate-limited per kind."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import Producer
+
+from mycroft.kafka_client import producer_config
+from mycroft.kafka_logging import LOGGER_NAME, RateLimit
+
+
+def _record(fac: str, client: str = "rdkafka#producer-1") -> logging.LogRecord:
+    return logging.LogRecord(
+        LOGGER_NAME, logging.ERROR, __file__, 1, "%s [%s] %s",
+        (fac, client, "Connect to 127.0.0.1:1 failed"), None,
+    )  # fmt: skip
+
+
+def test_a_repeated_line_passes_once_per_interval_with_the_count_held_back():
+    now = [0.0]
+    limit = RateLimit(every_s=30.0, clock=lambda: now[0])
+    passed = []
+    for t in range(0, 61):  # one FAIL line per second for a minute
+        now[0] = float(t)
+        rec = _record("FAIL")
+        if limit.filter(rec):
+            passed.append((t, rec.getMessage()))
+    assert [t for t, _ in passed] == [0, 30, 60]
+    assert passed[0][1].endswith("failed")
+    assert passed[1][1].endswith("(29 similar lines held back)")
+
+
+def test_other_kinds_and_clients_are_limited_apart():
+    limit = RateLimit(every_s=30.0, clock=lambda: 0.0)
+    assert limit.filter(_record("FAIL"))
+    assert limit.filter(_record("GETPID"))
+    assert limit.filter(_record("FAIL", "rdkafka#consumer-2"))
+    assert not limit.filter(_record("FAIL"))
+
+
+def test_a_producer_logs_through_python_logging_not_stderr(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+):
+    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        p = Producer(producer_config("127.0.0.1:1", {"message.timeout.ms": 2000}))
+        p.produce("t", b"x")
+        for _ in range(8):
+            p.poll(0.5)
+    fails = [r for r in caplog.records if r.name == LOGGER_NAME]
+    assert fails and "Connect to" in fails[0].getMessage()
+    assert len(fails) <= 2  # four seconds of retries: one line (and its count)
+    assert "|FAIL|" not in capfd.readouterr().err  # librdkafka's own stderr format
