@@ -368,3 +368,61 @@ def test_fr_capacity_asks_for_a_small_ring_only_when_unset() -> None:
         fr_capacity({"TORCH_NCCL_TRACE_BUFFER_SIZE": "64"}, recorder_made=False) == 64
     )
     assert fr_capacity({"TORCH_FR_BUFFER_SIZE": "0"}, recorder_made=False) == 0
+
+
+def test_recorder_dumps_of_the_build() -> None:
+    from mycroft.producers.torch.frlive import recorder_dumps  # noqa: PLC0415
+
+    calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    class C10d:
+        @staticmethod
+        def _dump_fr_trace(*args: Any) -> bytes:
+            calls.append(("fr", args))
+            return b""
+
+        @staticmethod
+        def _dump_nccl_trace(*args: Any) -> bytes:
+            calls.append(("nccl", args))
+            return b""
+
+    assert len(recorder_dumps(C10d, nccl=False)) == 1
+    for dump in recorder_dumps(C10d, nccl=True):
+        dump(True)
+    assert calls == [("fr", (True, False, False)), ("nccl", (True, False, False))]
+    assert recorder_dumps(object(), nccl=True) == []  # before 2.8 on CPU: no poll
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_without_the_recorder_the_wrappers_number_ops(tmp_path: Path) -> None:
+    dist = pytest.importorskip("torch.distributed")
+    import datetime  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    from mycroft.producers import ring_layout as L  # noqa: PLC0415
+    from mycroft.producers import torch as mt  # noqa: PLC0415
+    from mycroft.producers.ring import RingReader  # noqa: PLC0415
+
+    mt.install(ring_dir=tmp_path / "rings", keep_ring=True, flight_recorder=False)
+    dist.init_process_group(
+        "gloo",
+        store=dist.FileStore(str(tmp_path / "store"), 1),
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    try:
+        assert mt._state["patcher"].poller is None
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        mt.pause()
+        dist.all_reduce(t)
+        mt.resume()
+        dist.all_reduce(t)
+        (path,) = (tmp_path / "rings").glob("*.ring")
+        recs = RingReader(path).poll()
+        assert [r.seq for r in recs if isinstance(r, L.OpIssued)] == [0, 1]
+    finally:
+        dist.destroy_process_group()
+        mt.uninstall()
