@@ -8,9 +8,13 @@ call returns, or when ``wait()`` / ``is_completed()`` of the returned work
 says so. Start is taken as the issue time (gloo exposes no better). A call
 that raises leaves its op in flight: it never completed.
 
+With the Flight Recorder polled (``frlive``), a collective takes torch's
+number for it (``CommRef.next_seq``), so that the poller can tell a wrapped
+op from one issued in C++; otherwise each group counts its wrapped ops.
 Point-to-point ops count on a virtual two-member communicator per
 (group, src, dst), so both sides agree on numbers; ``recv`` from any source
-(``src=None``) is not traced. torch types are ``Any`` at this boundary.
+(``src=None``) is not traced. An op a traced op calls inside (``recv`` calls
+``irecv``) is not recorded again. torch types are ``Any`` at this boundary.
 """
 
 from __future__ import annotations
