@@ -426,3 +426,35 @@ def test_without_the_recorder_the_wrappers_number_ops(tmp_path: Path) -> None:
     finally:
         dist.destroy_process_group()
         mt.uninstall()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+def test_functional_collectives_reach_the_ring(ddp1: Any, tmp_path: Path) -> None:
+    """DTensor's collectives (``_functional_collectives``) bypass ``dist.*``;
+    the recorder has them."""
+    import time  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    import torch.distributed._functional_collectives as fc  # noqa: PLC0415
+
+    from mycroft.producers import ring_layout as L  # noqa: PLC0415
+    from mycroft.producers.ring import RingReader  # noqa: PLC0415
+
+    dist, _tracer, fr = ddp1
+    group = dist.distributed_c10d._get_default_group()
+    dist.all_reduce(torch.ones(2))
+    fc.wait_tensor(fc.all_reduce(torch.ones(4), "sum", group))
+    fc.wait_tensor(fc.all_gather_tensor(torch.ones(3), 0, group))
+    dist.all_reduce(torch.ones(2))
+    deadline = time.monotonic() + 5
+    while fr.stats.emitted < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (path,) = (tmp_path / "rings").glob("*.ring")
+    issued = [r for r in RingReader(path).poll() if isinstance(r, L.OpIssued)]
+    got = sorted((r.seq, OP_NAMES[r.kind], r.nbytes) for r in issued)
+    assert got == [
+        (0, "allreduce", 8),
+        (1, "allreduce", 16),
+        (2, "allgather", 12),
+        (3, "allreduce", 8),
+    ]
