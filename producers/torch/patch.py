@@ -205,7 +205,7 @@ class Patcher:
         ref = CommRef(comm_hash(name), ranks, role or f"pg{name}", pg=pg)
         if self.poller is not None:
             ref.backend_seq = pg._get_sequence_number_for_group
-            ref.counts_p2p = "gloo" in str(self.dist.get_backend(pg)).lower()
+            ref.counts_p2p = str(self.dist.get_backend(pg)).lower() == "gloo"
         self._groups[key] = (group, ref)
         self._by_name[name] = ref
         me = int(self.dist.get_rank())
