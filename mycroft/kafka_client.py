@@ -83,9 +83,8 @@ def create_missing(
     Raises:
         BrokerError: the broker refused a topic for another reason than existing.
     """
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "logger": client_logger()} | (extra or {})
-    )
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": client_logger()}
+    admin = AdminClient(config | (extra or {}))
     created = []
     for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
         try:
