@@ -61,7 +61,38 @@ def _fr_compare(r: dict[str, Any]) -> list[str]:
     return rows
 
 
+def _fr_poll(r: dict[str, Any]) -> list[str]:
+    lines = [
+        "The tracer's Flight Recorder poll (`producers/torch/frlive.py`): CPU "
+        "per poll of a full ring (header only, and reading every entry), and "
+        "over a 2-rank gloo DDP loop traced with `MYCROFT_TORCH_TRACE=1`.",
+        "",
+        "| FR entries | header-only poll (us) | reading poll (us) |",
+        "|---|---|---|",
+        *(
+            f"| {x['fr_entries']} | {x['header_poll_us']} | {x['read_poll_us']} |"
+            for x in r["rings"]
+        ),
+        "",
+        "| rank | steps | step (ms) | polls | reads | entries written / lost | "
+        "CPU per poll, mean / median (us) | poll CPU share of run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {x['rank']} | {x['steps']} | {x['step_ms']} | {x['polls']} | "
+        f"{x['reads']} | {x['written']} / {x['lost']} | {x['poll_cpu_us_mean']} / "
+        f"{x['poll_cpu_us_median']} | {x['poll_cpu_share_of_run']:.1%} |"
+        for x in r["ddp"]
+    ]
+    return lines
+
+
 RENDERERS: dict[str, Renderer] = {
+    "torch_fr_poll": (
+        "PyTorch Flight Recorder live poll: cost",
+        "python bench/torch_fr_poll.py",
+        _fr_poll,
+    ),
     "torch_overhead": (
         "PyTorch tracer overhead (4 gloo ranks)",
         "python bench/torch_overhead.py",
