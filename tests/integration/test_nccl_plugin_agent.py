@@ -1,9 +1,13 @@
-"""NCCL plugin -> ring -> ``mycroft agent`` -> real Kafka: a 2-rank job, a stuck NIC.
+"""NCCL plugin -> ring -> ``mycroft agent`` -> real Kafka (-> worker).
 
 Two fake-NCCL processes (ranks 0 and 1, one communicator) drive the plugin in
 real time with its tick thread on: 5 AllReduces complete, then in the 6th
 rank 1's NIC stops after one transfer (GPU-ready 4, transmitted 1). One agent
 drains both rings into Kafka; the test reads the batches back.
+
+Then a simulated job with a NIC fault, its counters replayed as NCCL's proxy
+events on 8 ranks of two hosts, one agent per host and a real worker: the
+root cause names the rank and its NIC.
 """
 
 from __future__ import annotations
@@ -17,15 +21,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mycroft.kafka_client import DecodingConsumer, create_topics
-from mycroft.schemas.records import CompletionBatch, StateBatch, Topology
+from mycroft.producers.sim.config import Hardware, SimConfig
+from mycroft.producers.sim.engine import simulate
+from mycroft.producers.sim.faults import parse_spec
+from mycroft.producers.tracefile import ListWriter
+from mycroft.schemas.records import (
+    CompletionBatch,
+    Record,
+    RootCause,
+    StateBatch,
+    Topology,
+)
 from mycroft.streams.core.contract import Contract
 from mycroft.streams.core.topology_contract import topology_problem
+from mycroft.streams.faust_settings import StreamSettings
+from mycroft.streams.faust_topics import ensure_topics
+from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet
 from tests.agent_process import stop_agent
 from tests.unit.nccl.harness import Script, build
+from tests.unit.nccl.sim_events import rank_script
 
 pytestmark = pytest.mark.integration
 
@@ -89,11 +108,11 @@ def shipped(
 
 
 def _run_rank(
-    build_dir: Path, ring_dir: Path, tmp: Path, rank: int
+    build_dir: Path, ring_dir: Path, tmp: Path, rank: int, job: Script | None = None
 ) -> subprocess.Popen[bytes]:
-    """Start rank ``rank``'s fake-NCCL process on its script (both run at once)."""
+    """Start rank ``rank``'s fake-NCCL process on its script (all run at once)."""
     script = tmp / f"rank{rank}.script"
-    script.write_text(_rank_script(rank).text())
+    script.write_text((job or _rank_script(rank)).text())
     env = {k: v for k, v in os.environ.items() if not k.startswith("MYCROFT_")}
     env.update(
         RANK=str(rank), LOCAL_RANK=str(rank), MYCROFT_NCCL_RING_DIR=str(ring_dir)
@@ -171,12 +190,112 @@ def test_topology_names_both_ranks_in_the_communicator(
     assert got == {(0, COMM, 2, 0, "world"), (1, COMM, 2, 1, "world")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="NCCL's profiler API gives no member list: the plugin writes no "
-    "COMM_RANKS, the agent ships nranks 2 with 0 members, and the worker's "
-    "topology contract rejects that (BAD_TOPOLOGY)",
-)
 def test_topology_passes_the_worker_contract(shipped: dict[str, list[Any]]) -> None:
-    assert topology_problem(shipped["topology"][-1], Contract()) is None
+    """Both members run on the host: the agent lists them in full."""
+    topo = shipped["topology"][-1]
+    assert topology_problem(topo, Contract()) is None
+    assert {m.ranks for rt in topo.ranks for m in rt.comms} == {(0, 1)}
+
+
+def test_flow_peers_are_global_ranks(shipped: dict[str, list[Any]]) -> None:
+    peers = {
+        (int(op["rank"]), int(f["peer"]))
+        for b in shipped["completion"]
+        for op, f in zip(np.repeat(b.op, b.op["nflows"]), b.flow, strict=True)
+    }
+    assert peers == {(0, 1), (1, 0)}
+
+
+# -- a simulated job on two hosts, its NIC fault named by the worker ---------
+
+FAULTY = 3
+"""tp 4 x dp 2 on two hosts of 4 GPUs: the dp pairs (0, 4) ... (3, 7) cross
+hosts, so each agent declares them in part and the worker joins them."""
+
+
+def _sim_job() -> tuple[Record, ...]:
+    out = ListWriter()
+    cfg = SimConfig(
+        tp=4, pp=1, dp=2, duration_s=7.0, seed=11,
+        hardware=Hardware(gpus_per_host=4, gpus_per_nic=1),
+    )  # fmt: skip
+    simulate(cfg, [parse_spec(f"nic-down:rank={FAULTY},at=3.0")], out)
+    return tuple(rec for _, rec in out.records)
+
+
+def test_a_nic_fault_is_named_by_the_worker(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Plugin -> rings -> one agent per host -> Kafka -> worker: rank 3's NIC."""
+    build_dir, records = build(), _sim_job()
+    app = f"ncclrca.{uuid.uuid4().hex[:12]}"
+    s = StreamSettings(
+        kafka_bootstrap, app_id=app, prefix=app + ".", partitions=1,
+        evaluate_interval_s=0.1, snapshot_interval_s=1.0,
+        data_dir=str(tmp_path / "data"),
+    )  # fmt: skip
+    ensure_topics(s)
+    worker = WorkerProcess(s, tmp_path / "worker.log")
+    worker.start()
+    agents = [_agent(kafka_bootstrap, s.prefix, tmp_path, h) for h in (0, 1)]
+    try:
+        ranks = [
+            _run_rank(build_dir, tmp_path / f"rings{r // 4}", tmp_path, r,
+                      _paced(records, r))
+            for r in range(8)
+        ]  # fmt: skip
+        for proc in ranks:
+            assert proc.wait(90) == 0
+        causes = _root_causes(s, 40.0)
+    finally:
+        for agent, log in agents:
+            assert stop_agent(agent, log) == 0, log.read_text()
+        worker.stop()
+    assert causes, worker.log()
+    named = [(c.rank, c.component.value, c.peer, c.reason) for c in causes[-1].culprits]
+    top = causes[-1].culprits[0]
+    assert (top.rank, top.host, top.component.value) == (FAULTY, "gpu0", "nic"), named
+    assert top.peer == FAULTY + 4  # its dp peer, a global rank (sent as position 1)
+    assert "invalid." not in worker.log()  # every record passed the contract
+
+
+def _paced(records: tuple[Record, ...], rank: int) -> Script:
+    """``rank``'s events one 100 ms tick at a time, then 4 s more of the hang."""
+    script = rank_script(records, rank, pace_ms=100)
+    script.sleep(4000)
+    return script
+
+
+def _agent(
+    bootstrap: str, prefix: str, tmp: Path, host: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp / f"agent{host}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mycroft", "agent", "--source", "ring",
+             "--ring-dir", str(tmp / f"rings{host}"), "--host", f"gpu{host}",
+             "--job-id", "job-sim", "--bootstrap", bootstrap,
+             "--topic-prefix", prefix, "--partitions", "1",
+             "--spool-dir", str(tmp / f"spool{host}"), "--metrics-port", "0",
+             "--nic-sysfs", ""],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return proc, log
+
+
+def _root_causes(s: StreamSettings, timeout_s: float) -> list[RootCause]:
+    """Root causes on the topic, once one came and 3 s passed without more."""
+    consumer = DecodingConsumer(
+        s.bootstrap, s.app_id + ".rc", [TopicSet(s.prefix, 1).rootcause],
+        TopicSet(s.prefix, 1).deadletter,
+    )  # fmt: skip
+    got: list[RootCause] = []
+    deadline, quiet = time.monotonic() + timeout_s, 0.0
+    try:
+        while time.monotonic() < deadline and quiet < 3.0:
+            batch = consumer.poll(timeout_s=0.5)
+            got += [r for _, r in batch if isinstance(r, RootCause)]
+            quiet = 0.0 if batch or not got else quiet + 0.5
+    finally:
+        consumer.close()
+    return got

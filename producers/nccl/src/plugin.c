@@ -4,7 +4,7 @@
  * (allocated at the first init) with atomics, one clock read per finished step, no lock and no
  * syscall. One tick thread (every MYCROFT_NCCL_TICK_MS, default 100 ms, the torch tracer's tick)
  * is the ring's only writer: it snapshots live flows (FLOW_PROGRESS), retires finished flows
- * (FLOW_DONE) and ops (OP_DONE) and writes a BEAT with the pool-exhaustion counters each second.
+ * (FLOW_DONE) and ops (OP_DONE) and writes a BEAT with the pool-exhaustion counters each tick.
  * A tick thread was chosen over writing on the proxy thread's own events because the ring needs
  * a single writer and a CRC per record; doing that per step would cost the proxy ~100 ns per
  * event and a lock across proxy threads (bench/nccl_plugin_overhead.py measures the event path). */
@@ -697,10 +697,10 @@ static void tick(int force) {
     myc_ring_commit(&g.ring, b);
     atomic_store_explicit(&op->state, FREE, memory_order_release);
   }
-  if (force || t - g.last_beat_ns >= 1000000000LL) {
-    write_beat(t);
-    g.last_beat_ns = t;
-  }
+  /* A BEAT every tick, as the torch tracer beats: the agent's rc seen_ns is
+   * a rank's liveness, and the worker counts a rank silent after 1 s. */
+  write_beat(t);
+  g.last_beat_ns = t;
 }
 
 static void *tick_main(void *arg) {

@@ -8,6 +8,8 @@ that move G, T and D (send: SendGPUWait + SendPeerWait, SendWait, stop;
 recv: RecvWait, RecvFlushWait + RecvGPUWait, stop). After every tick the
 script flushes (or sleeps one tick, paced). ``sim_flows`` gives the
 simulator's own sequence of counters per flow, to compare with the ring.
+A flow's peer is, as NCCL's ProxyOp gives it, the peer's position in the
+communicator (the simulator's global rank looked up in the comm's members).
 """
 
 from __future__ import annotations
@@ -114,8 +116,18 @@ def _rows(batch: StateBatch | CompletionBatch, rank: int) -> Iterable[tuple]:
         i += n
 
 
+def _members(records: Iterable[Record]) -> dict[int, tuple[int, ...]]:
+    return {
+        m.comm: m.ranks
+        for rec in records if isinstance(rec, Topology)
+        for rt in rec.ranks for m in rt.comms
+    }  # fmt: skip
+
+
 def rank_script(records: Iterable[Record], rank: int, pace_ms: int = 0) -> Script:
     """The harness script of ``rank``'s NCCL events (``pace_ms`` 0: flush per tick)."""
+    records = tuple(records)
+    members = _members(records)
     r = _Rank(rank)
     tick = -1
     for rec in records:
@@ -136,7 +148,8 @@ def rank_script(records: Iterable[Record], rank: int, pace_ms: int = 0) -> Scrip
             nch = len({int(f["channel"]) for f in flows}) or 1
             h = r.op(comm, seq, int(op["kind"]), int(op["bytes"]), nch)
             for f in flows:
-                key = (comm, seq, int(f["channel"]), int(f["dir"]), int(f["peer"]))
+                peer = members[comm].index(int(f["peer"]))
+                key = (comm, seq, int(f["channel"]), int(f["dir"]), peer)
                 if isinstance(rec, StateBatch):
                     want = (int(f["total"]), int(f["gpu_ready"]),
                             int(f["transmitted"]), int(f["done"]))  # fmt: skip
@@ -162,15 +175,19 @@ def in_flight(c: Counters) -> Counters:
 
 
 def sim_flows(records: Iterable[Record], rank: int) -> dict[FlowKey, list[Counters]]:
-    """Per flow of ``rank``, the distinct successive counters (``in_flight``)."""
+    """Per flow of ``rank`` (peer: its position), the distinct successive
+    counters (``in_flight``)."""
+    records = tuple(records)
+    members = _members(records)
     out: dict[FlowKey, list[Counters]] = {}
     for rec in records:
         if not isinstance(rec, StateBatch | CompletionBatch):
             continue
         for op, flows in _rows(rec, rank):
             for f in flows:
-                key = (int(op["comm"]), int(op["seq"]), int(f["channel"]),
-                       int(f["dir"]), int(f["peer"]))  # fmt: skip
+                comm = int(op["comm"])
+                key = (comm, int(op["seq"]), int(f["channel"]), int(f["dir"]),
+                       members[comm].index(int(f["peer"])))  # fmt: skip
                 if isinstance(rec, StateBatch):
                     c = (int(f["total"]), int(f["gpu_ready"]),
                          int(f["transmitted"]), int(f["done"]))  # fmt: skip
