@@ -7,6 +7,7 @@ as positions; the worker joins the hosts' parts and maps the peers.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -213,3 +214,30 @@ def test_rows_of_a_comm_never_completed_are_held_then_rejected() -> None:
     assert 0x200 not in an.ctx.topo.comms
     assert an.gate.held
     assert all(b.header.tick_ns > until - 5_100_000_000 for _, b, _ in an.gate.held)
+
+
+def test_a_snapshot_mid_join_resumes_with_the_same_verdict() -> None:
+    """Pickled while rows wait for the last host's part (a worker restart)."""
+    sent = _as_plugin_sends(make("nic-down", 3))
+    late = [(t, r) for t, r in sent if isinstance(r, Topology) and r.host == "h3"]
+    rest = [(t, r) for t, r in sent if (t, r) not in late]
+    at = next(t for t, r in rest if not isinstance(r, Topology)) + 1_000_000_000
+    before = [(t, r) for t, r in rest if t < at]
+    after = [(at, replace(r, ts_ns=at)) for _, r in late]
+    after += [(t, r) for t, r in rest if t >= at]
+    an, out, nxt = Analyzer("job1"), [], T0
+    for ts, rec in before:
+        while nxt <= ts:
+            out += an.evaluate(nxt)
+            nxt += 100_000_000
+        an.ingest(rec, ts)
+    assert an.gate.held and an.gate.topo.join.parts
+    an = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
+    for ts, rec in after:
+        while nxt <= ts:
+            out += an.evaluate(nxt)
+            nxt += 100_000_000
+        an.ingest(rec, ts)
+    out += an.evaluate(nxt)
+    assert not an.gate.counts, an.gate.counts
+    assert _best(out) == _best(_run(make("nic-down", 3))[1])
