@@ -48,8 +48,18 @@ def _equality(r: dict[str, Any]) -> list[str]:
 def _lag(step: dict[str, Any]) -> str:
     return ", ".join(
         f"{w['worst_lag_s']} s (second half {w['worst_lag_second_half_s']} s, "
-        f"{w['jobs_held_max']} jobs)"
+        f"{w['jobs_held_max']} jobs{_block(w)})"
         for w in step["workers"]
+    )
+
+
+def _block(w: dict[str, Any]) -> str:
+    """The longest event the worker handled (per stats interval: p99 / max)."""
+    if w.get("longest_event_s") is None:
+        return ""
+    return (
+        f"; longest event p99 {w['longest_event_p99_of_intervals_s']} s, "
+        f"max {w['longest_event_s']} s"
     )
 
 
@@ -85,7 +95,7 @@ def _saturation(r: dict[str, Any]) -> list[str]:
 RENDERERS = {
     "verdict_equality": (
         "Live verdicts against mycroft analyze (replay speeds, outages, kills)",
-        "python bench/verdict_equality.py --seeds 3 --healthy-runs 3",
+        "python bench/verdict_equality.py --seeds 3 --healthy-runs 2",
         _equality,
     ),
     "worker_saturation": (

@@ -54,11 +54,17 @@ from mycroft.topics import TopicSet  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
 _STATS = re.compile(r"stats rows_per_s=(\d+) max_lag_s=([\d.]+).*? jobs=(\d+)")
+_EVENT = re.compile(r"stats .*?max_event_s=([\d.]+)")
 
 
 def stats(worker: WorkerProcess, start: int) -> list[tuple[float, int]]:
     """(worst lag s, jobs held) of each stats line logged after byte ``start``."""
     return [(float(m[2]), int(m[3])) for m in _STATS.finditer(worker.log(start))]
+
+
+def event_blocks(worker: WorkerProcess, start: int) -> list[float]:
+    """The longest source event of each stats interval after byte ``start``."""
+    return [float(m[1]) for m in _EVENT.finditer(worker.log(start))]
 
 
 class Bench:
@@ -135,8 +141,15 @@ class Bench:
         for w, m in zip(self.workers, marks, strict=True):
             s = stats(w, m)
             second_half = s[len(s) // 4 :] or s
+            blocks = sorted(event_blocks(w, m))
             per.append(
                 {
+                    "longest_event_s": blocks[-1] if blocks else None,
+                    "longest_event_p99_of_intervals_s": (
+                        blocks[min(len(blocks) - 1, int(0.99 * len(blocks)))]
+                        if blocks
+                        else None
+                    ),
                     "worst_lag_s": max((x for x, _ in s), default=None),
                     "worst_lag_second_half_s": max(
                         (x for x, _ in second_half), default=None

@@ -235,6 +235,7 @@ class Pipeline:
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
+        self.max_event_s = 0.0  # longest source event handled since the stats
         self.started = time.monotonic()
         # Offset of the last record processed per source (topic, partition),
         # and where a partition nothing was read from started.
@@ -279,12 +280,16 @@ class Pipeline:
 
     async def handle(self, event: Any) -> None:
         """Process one event of the source channel (a record or a tick)."""
+        t0 = time.monotonic()
         msg = event.message
         self._ensure_loaded(msg.partition)
         if msg.topic == self.source_names[-1]:
             await self.on_tick(msg.partition)
         else:
             await self.on_record(msg)
+        took = time.monotonic() - t0
+        self.max_event_s = max(self.max_event_s, took)
+        self.metrics.event_s.observe(took)
 
     def _ensure_loaded(self, partition: int) -> None:
         if partition in self.router.loaded:  # the hot path: already restored
@@ -520,10 +525,12 @@ class Pipeline:
             default=0.0,
         )
         log.info(
-            "stats rows_per_s=%.0f max_lag_s=%.3f event_hold_s=%.3f late=%d jobs=%d %s",
+            "stats rows_per_s=%.0f max_lag_s=%.3f event_hold_s=%.3f max_event_s=%.3f "
+            "late=%d jobs=%d %s",
             rate,
             self.max_lag_s,
             hold,
+            self.max_event_s,
             sum(s.clock.late for s in slots),
             len(self.router.slots),
             " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())),
@@ -532,7 +539,7 @@ class Pipeline:
             self.max_lag_s, hold, len(self.router.slots), self.counts["rows"]
         )
         self.counts["rows"] = 0
-        self.last_stats, self.max_lag_s = wall, 0.0
+        self.last_stats, self.max_lag_s, self.max_event_s = wall, 0.0, 0.0
 
     async def emit(self, job: str, findings: Sequence[Finding | CommSummary]) -> None:
         """Send findings not sent before; record them in the ``emitted`` table.

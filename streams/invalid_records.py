@@ -17,7 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 
 from mycroft.errors import DecodeError, EncodeError
 from mycroft.schemas.codec import Codec
@@ -76,6 +82,14 @@ class WorkerMetrics:
         )
         self.jobs = Gauge(
             "mycroft_worker_jobs", "Jobs the worker holds", registry=self.registry
+        )
+        self.event_s = Histogram(
+            "mycroft_worker_event_seconds",
+            "Time the worker spent on one source event (a record, or a tick "
+            "evaluating its partition's jobs), awaits included: an upper bound "
+            "on how long it held the event loop",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
         )
         self.rows = Counter(
             "mycroft_worker_rank_state_rows_total",
