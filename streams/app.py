@@ -328,7 +328,13 @@ class Pipeline:
             )
             return
         slot = self.router.slot(job, msg.partition)
+        if slot.holds(msg.topic, msg.partition, msg.offset):
+            # A snapshot written after the last commit already holds it (the
+            # worker stopped between writing its snapshots and committing).
+            self.counts["taken_before"] += 1
+            return
         slot.ingest(record, time.monotonic(), float(msg.timestamp or 0.0))
+        slot.took(msg.topic, msg.partition, msg.offset)
         self.counts["decoded"] += 1
         self.counts["rows"] += len(record.rc) if isinstance(record, StateBatch) else 0
         self.max_lag_s = max(self.max_lag_s, time.time() - msg.timestamp)

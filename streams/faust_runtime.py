@@ -30,7 +30,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 12  # 12: the gate joins partial comm declarations
+SNAPSHOT_VERSION = 13  # 13: the offsets of the records a snapshot holds
 MAX_ANOMALY_IDS = 2048
 
 
@@ -91,6 +91,19 @@ class JobSlot:
     seen_s: float = 0.0
     clock: EventClock = field(default_factory=EventClock)
     produced_s: float | None = None
+    # (topic, partition) -> offset of the newest record taken in: kept in the
+    # snapshot, so records a restart reads again are not taken in twice.
+    taken: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def holds(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether the record at ``offset`` is already in this slot's state
+        (read again after a restart from a snapshot newer than the commit)."""
+        return offset <= self.taken.get((topic, partition), -1)
+
+    def took(self, topic: str, partition: int, offset: int) -> None:
+        """Mark the record at ``offset`` as taken in."""
+        key = (topic, partition)
+        self.taken[key] = max(self.taken.get(key, -1), offset)
 
     def observe(self, trace_ns: int, wall_s: float) -> None:
         """Advance the newest trace time with a record's time seen at ``wall_s``."""
@@ -137,7 +150,14 @@ def turns(
 
 def dump_slot(slot: JobSlot) -> bytes:
     """Serialize a slot's engine and trace clock (zlib-compressed pickle)."""
-    payload = (SNAPSHOT_VERSION, slot.job_id, slot.trace_ns, slot.engine, slot.clock)
+    payload = (
+        SNAPSHOT_VERSION,
+        slot.job_id,
+        slot.trace_ns,
+        slot.engine,
+        slot.clock,
+        slot.taken,
+    )
     return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
 
 
@@ -178,8 +198,10 @@ def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
     payload = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
     if payload[0] != SNAPSHOT_VERSION:
         raise ValueError(f"snapshot version {payload[0]} is not {SNAPSHOT_VERSION}")
-    _, job_id, trace_ns, engine, clock = payload
-    return JobSlot(job_id, partition, engine, trace_ns, wall_s, clock=clock)
+    _, job_id, trace_ns, engine, clock, taken = payload
+    slot = JobSlot(job_id, partition, engine, trace_ns, wall_s, clock=clock)
+    slot.taken = taken
+    return slot
 
 
 @dataclass

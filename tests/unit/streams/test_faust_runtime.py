@@ -39,6 +39,7 @@ from mycroft.streams.faust_runtime import (
     record_time_ns,
     turns,
 )
+from tests.unit.core.scenario import make
 from tests.unit.samples import T0, all_records, completion_batch, state_batch
 
 
@@ -414,3 +415,46 @@ def test_a_flooding_job_gets_no_more_turns_than_the_others() -> None:
     assert order.count(small) == 3  # the small job's backlog is done
     assert order.count(flood) == budget - 4  # the flood only uses what is left
     assert order[:3] == [flood, small, idle]  # rounds, not one job to its end
+
+
+class _Counting(Analyzer):
+    """An analyzer that counts the records handed to it."""
+
+    taken_in = 0
+
+    def ingest(self, record: Record, now_ns: int) -> None:
+        self.taken_in += 1
+        super().ingest(record, now_ns)
+
+
+def _take(slot: JobSlot, records: list, start: int) -> None:
+    """Feed ``records`` from offset ``start`` as the worker's ``on_record`` does."""
+    for offset, (_, record) in enumerate(records[start:], start):
+        if not slot.holds("raw", 0, offset):
+            slot.ingest(record, wall_s=0.0)
+            slot.took("raw", 0, offset)
+
+
+def _causes(findings: list) -> list[tuple[str, list[tuple[int, str]]]]:
+    return [
+        (f.incident_id, [(c.rank, c.component.value) for c in f.culprits])
+        for f in findings
+        if isinstance(f, RootCause)
+    ]
+
+
+def test_records_read_again_after_a_restart_are_taken_in_once() -> None:
+    records = make("gpu-hang", 3)
+    once = JobSlot("job1", 0, _Counting("job1"))
+    _take(once, records, 0)
+    expected = _causes(once.clock.finish(once.engine))
+    assert expected, "the scripted hang has a root cause"
+    # The worker wrote a snapshot at offset 300 but its last commit was at
+    # 120: after a kill it restores the snapshot and reads from 121 again.
+    first = JobSlot("job1", 0, _Counting("job1"))
+    _take(first, records[:301], 0)
+    back = load_slot(dump_slot(first), 0, wall_s=0.0)
+    _take(back, records, 121)
+    assert back.taken == {("raw", 0): len(records) - 1}
+    assert _causes(back.clock.finish(back.engine)) == expected
+    assert back.engine.taken_in == once.engine.taken_in == len(records)
