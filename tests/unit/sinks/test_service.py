@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mycroft.errors import SinkError
+from mycroft.errors import ConfigError, SinkError
 from mycroft.schemas.records import Heartbeat
 from mycroft.sinks.memory import MemorySink
 from mycroft.sinks.prometheus import PrometheusSink
@@ -115,18 +115,21 @@ def test_backoff_is_capped() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "says"),
     [
-        ["--opensearch-url", "http://x:1"],
-        ["--bootstrap", "127.0.0.1:1"],
-        ["--bootstrap", "h:1", "--prometheus-listen", "nope"],
+        (["--opensearch-url", "http://x:1"], "give --bootstrap"),
+        (["--bootstrap", "127.0.0.1:1"], "give --prometheus-listen and/or"),
+        (["--bootstrap", "h:1", "--prometheus-listen", "nope"], "HOST:PORT"),
     ],
 )
 def test_main_rejects_bad_config(
-    argv: list[str], monkeypatch: pytest.MonkeyPatch
+    argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Flags that do not combine are a usage error of the mycroft command
+    (``cli_errors`` turns the ConfigError into exit code 2)."""
     monkeypatch.delenv("MYCROFT_BOOTSTRAP", raising=False)
-    assert main(argv) == 1
+    with pytest.raises(ConfigError, match=says):
+        main(argv)
 
 
 def test_lag_groups_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
