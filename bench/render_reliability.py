@@ -40,6 +40,7 @@ def _equality(r: dict[str, Any]) -> list[str]:
         lines += ["", "Runs that differ:", ""]
         lines += [
             f"- {x['mode']} {x['job']}: live {x['live']}, offline {x['offline']}"
+            + ("" if x.get("caught_up", True) else " (the worker had not caught up)")
             for x in differ
         ]
     return lines
@@ -96,6 +97,12 @@ RENDERERS = {
     "verdict_equality": (
         "Live verdicts against mycroft analyze (replay speeds, outages, kills)",
         "python bench/verdict_equality.py --seeds 3 --healthy-runs 2",
+        _equality,
+    ),
+    "verdict_equality_kill": (
+        "Live verdicts against mycroft analyze after worker kills (rerun)",
+        "python bench/verdict_equality.py --seeds 3 --healthy-runs 2 --modes kill "
+        "--out bench/results/verdict_equality_kill.json",
         _equality,
     ),
     "worker_saturation": (
