@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mycroft.incident_card import culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines
 from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
@@ -141,18 +142,7 @@ def to_json(
                     "incident_id": rc.incident_id,
                     "revision": rc.revision,
                     "best": i == 0,
-                    "rank": c.rank,
-                    "host": c.host,
-                    "scope": c.scope,
-                    "device": c.device,
-                    "ranks": list(c.ranks),
-                    "subject": c.subject(),
-                    "peer": c.peer,
-                    "channel": c.channel,
-                    "component": c.component.value,
-                    "kind": c.kind.value,
-                    "confidence": c.confidence,
-                    "reason": c.reason,
+                    **culprit_json(c),
                     "onset_s": rc.onset_ns / 1e9,
                     "detected_at_s": rc.detected_ns / 1e9,
                     "resolved_at_s": rc.resolved_ns / 1e9,

@@ -27,10 +27,12 @@ from mycroft.schemas.records import (
     CompletionBatch,
     RankTopology,
     Record,
+    RootCause,
     StateBatch,
     Topology,
 )
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND
+from mycroft.streams.core.engine import Analyzer
 
 JOB = "job1"
 NR, PER_HOST, TICK = 8, 2, 100_000_000
@@ -358,3 +360,25 @@ def with_flows(b):
     flow["chunks"] = 4
     flow["first_ns"], flow["last_ns"] = op["start_ns"], op["end_ns"]
     return CompletionBatch(b.header, op, flow)
+
+
+def run_analyzer(records, step_ns=100_000_000):
+    """Feed ``records`` to a fresh analyzer, evaluating every ``step_ns`` of
+    trace time and once past the end; return it and its findings."""
+    an = Analyzer(JOB)
+    out, nxt = [], T0
+    for ts, rec in records:
+        while nxt <= ts:
+            out += an.evaluate(nxt)
+            nxt += step_ns
+        an.ingest(rec, ts)
+    out += an.evaluate(nxt)
+    return an, out
+
+
+def best_culprit(out):
+    """(rank, component, kind) of the first root cause's best culprit."""
+    causes = [f for f in out if isinstance(f, RootCause)]
+    assert causes, "no root cause"
+    rc = causes[0]
+    return rc.culprits[0].rank, rc.culprits[0].component, rc.kind

@@ -17,7 +17,6 @@ from mycroft.schemas.records import (
     CommMembership,
     CompletionBatch,
     RankTopology,
-    RootCause,
     StateBatch,
     Topology,
 )
@@ -26,28 +25,9 @@ from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.membership import MembershipJoin, is_partial, resolved
 from mycroft.streams.core.record_gate import RecordGate
 from mycroft.streams.core.topology_contract import topology_problem
-from tests.unit.core.scenario import T0, make
+from tests.unit.core.scenario import T0, best_culprit, make, run_analyzer
 
 COMM = 0x77
-
-
-def _run(records, step_ns=100_000_000):
-    an = Analyzer("job1")
-    out, nxt = [], T0
-    for ts, rec in records:
-        while nxt <= ts:
-            out += an.evaluate(nxt)
-            nxt += step_ns
-        an.ingest(rec, ts)
-    out += an.evaluate(nxt)
-    return an, out
-
-
-def _best(out):
-    causes = [f for f in out if isinstance(f, RootCause)]
-    assert causes, "no root cause"
-    rc = causes[0]
-    return rc.culprits[0].rank, rc.culprits[0].component, rc.kind
 
 
 def _topo(host: str, ranks: dict[int, int], nranks: int = 4, ts: int = T0) -> Topology:
@@ -178,10 +158,10 @@ def _relative_peers(b, members, spans):
 @pytest.mark.parametrize("kind", ["nic-down", "gpu-hang"])
 def test_the_job_sent_in_parts_names_the_same_root_cause(kind: str) -> None:
     records = make(kind, 3)
-    an_full, full = _run(records)
-    an, out = _run(_as_plugin_sends(records))
+    an_full, full = run_analyzer(records)
+    an, out = run_analyzer(_as_plugin_sends(records))
     assert not an.gate.counts, an.gate.counts
-    assert _best(out) == _best(full)
+    assert best_culprit(out) == best_culprit(full)
     assert an.ctx.topo.members(0x200) == an_full.ctx.topo.members(0x200)
 
 
@@ -196,10 +176,10 @@ def test_rows_wait_until_the_last_host_declares_its_part() -> None:
     moved = [(t, r) for t, r in rest if t < at]
     moved += [(at, replace(r, ts_ns=at)) for _, r in late]
     moved += [(t, r) for t, r in rest if t >= at]
-    an, out = _run(moved)
+    an, out = run_analyzer(moved)
     assert not an.gate.counts, an.gate.counts
     assert not an.gate.held
-    assert _best(out) == _best(_run(make("nic-down", 3))[1])
+    assert best_culprit(out) == best_culprit(run_analyzer(make("nic-down", 3))[1])
 
 
 def test_rows_of_a_comm_never_completed_are_held_then_rejected() -> None:
@@ -240,4 +220,4 @@ def test_a_snapshot_mid_join_resumes_with_the_same_verdict() -> None:
         an.ingest(rec, ts)
     out += an.evaluate(nxt)
     assert not an.gate.counts, an.gate.counts
-    assert _best(out) == _best(_run(make("nic-down", 3))[1])
+    assert best_culprit(out) == best_culprit(run_analyzer(make("nic-down", 3))[1])

@@ -21,37 +21,24 @@ from mycroft.schemas.records import (
     Topology,
 )
 from mycroft.streams.core.contract import Contract, Reason
-from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.record_gate import RecordGate
 from mycroft.streams.faust_runtime import rank_chunks
 from tests.unit.core import bad_records as bad
-from tests.unit.core.scenario import NR, T0, full_batch, make
+from tests.unit.core.scenario import (
+    NR,
+    T0,
+    best_culprit,
+    full_batch,
+    make,
+    run_analyzer,
+)
 from tests.unit.samples import all_records
 
 CODEC = Codec()
 HANG = make("gpu-hang", 3)  # rank 3 on host h1 hangs at ~6 s
 
 
-def _run(records, step_ns=100_000_000):
-    an = Analyzer("job1")
-    out, nxt = [], T0
-    for ts, rec in records:
-        while nxt <= ts:
-            out += an.evaluate(nxt)
-            nxt += step_ns
-        an.ingest(rec, ts)
-    out += an.evaluate(nxt)
-    return an, out
-
-
-def _best(out):
-    causes = [f for f in out if isinstance(f, RootCause)]
-    assert causes, "no root cause"
-    rc = causes[0]
-    return rc.culprits[0].rank, rc.culprits[0].component, rc.kind
-
-
-CLEAN = _best(_run(HANG)[1])
+CLEAN = best_culprit(run_analyzer(HANG)[1])
 
 
 def _inject(records, at_ns, extra):
@@ -67,8 +54,8 @@ def _named_ranks(out):
 
 
 def _check_culprit_kept(extra, at_ns, reasons):
-    an, out = _run(_inject(HANG, at_ns, extra))
-    assert _best(out) == CLEAN
+    an, out = run_analyzer(_inject(HANG, at_ns, extra))
+    assert best_culprit(out) == CLEAN
     assert _named_ranks(out) <= set(range(NR))
     got = {Reason(r) for r, _ in an.gate.counts}
     assert got and got <= reasons, an.gate.counts
@@ -139,9 +126,9 @@ def test_rows_wait_for_a_late_topology_and_then_count():
     late = [(t, r) for t, r in rest if t < first + 1_000_000_000]
     late += [(first + 1_000_000_000, t) for t in topo]
     late += [(t, r) for t, r in rest if t >= first + 1_000_000_000]
-    an, out = _run(late)
+    an, out = run_analyzer(late)
     assert not an.gate.counts
-    assert _best(out) == CLEAN
+    assert best_culprit(out) == CLEAN
 
 
 def test_held_rows_are_bounded_in_count():
@@ -303,7 +290,7 @@ def test_null_value_is_a_decode_error_with_its_reason():
 def test_the_gate_survives_a_snapshot_without_its_batch_caches():
     import pickle  # noqa: PLC0415
 
-    an, _ = _run(HANG[: len(HANG) // 2])
+    an, _ = run_analyzer(HANG[: len(HANG) // 2])
     back = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
     assert back.gate.topo.world == NR and back.gate._keys[0] is None
     ts, b = full_batch(HANG, after_ns=T0 + 7 * 10**9)
