@@ -7,9 +7,10 @@ imports faust, scipy or networkx.
 Every failure a subcommand lets escape goes through one path
 (:mod:`mycroft.cli_errors`): one or two lines on stderr saying what is wrong
 and what to do, and the exit code of its class; ``--debug`` (anywhere on the
-line, or ``MYCROFT_DEBUG=1``) adds the traceback. Commands that need Kafka or
-OpenSearch are checked to reach them once their flags parsed
-(:mod:`mycroft.cli_preflight`).
+line, or ``MYCROFT_DEBUG=1``) adds the traceback and Mycroft's debug log
+lines (:mod:`mycroft.logs`, the one logging setup of every command).
+Commands that need Kafka or OpenSearch are checked to reach them once their
+flags parsed (:mod:`mycroft.cli_preflight`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 from mycroft.cli_errors import ExitCode, Failure, explain
+from mycroft.logs import setup_logging
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("mycroft.infra.kafka_broker", "fetch, start, stop a local Kafka broker"),
@@ -136,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"mycroft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return int(ExitCode.USAGE)
+    setup_logging(debug=debug)
     try:
         return _run(name, rest)
     except SystemExit as exc:  # argparse after --help or a usage error

@@ -11,31 +11,76 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import ConfigError
 from mycroft.kafka_client import RecordPublisher, create_topics
+from mycroft.logs import setup_logging
 from mycroft.producers.tracefile import read_frames
 from mycroft.topics import TopicSet
 
 log = logging.getLogger(__name__)
 
 
+DESCRIPTION = (
+    "Publish a recorded trace file to Kafka, record by record and byte for "
+    "byte, partitioned by job: at once, or at the recorded pace with --speed 1. "
+    "For a durable, resumable replay use 'mycroft agent --source replay'."
+)
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """What ``mycroft replay`` needs; built once in :func:`main`."""
+
+    file: Path
+    kafka: str = setting(
+        doc="Kafka bootstrap servers",
+        env=("MYCROFT_BOOTSTRAP",),
+        metavar="HOST:PORT",
+    )
+    topic_prefix: str = setting("", "topic name prefix")
+    partitions: int = setting(0, "override partition counts (0: per topic)")
+    speed: float = setting(0.0, "1.0 = recorded pace; 0 = at once")
+    create_topics: bool = setting(False, "create missing topics first")
+    kafka_option: tuple[str, ...] = setting(
+        (), "librdkafka setting (repeatable)", metavar="KEY=VALUE"
+    )
+
+    def __post_init__(self) -> None:
+        if self.speed < 0:
+            raise ConfigError(f"--speed must be >= 0, not {self.speed}")
+        for opt in self.kafka_option:
+            if "=" not in opt:
+                raise ConfigError(f"--kafka-option {opt!r} needs KEY=VALUE")
+
+    def kafka_config(self) -> dict[str, str]:
+        """The ``--kafka-option`` settings as librdkafka's dict."""
+        return dict(opt.partition("=")[::2] for opt in self.kafka_option)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mycroft replay", description=__doc__)
-    p.add_argument("file", type=Path, help="trace file (.myc or .myc.gz)")
-    p.add_argument("--kafka", required=True, help="bootstrap servers")
-    p.add_argument("--topic-prefix", default="", help="topic name prefix")
-    p.add_argument(
-        "--partitions", type=int, default=0, help="override partition counts"
-    )
-    p.add_argument(
-        "--speed", type=float, default=0.0, help="1.0 = recorded pace; 0 = at once"
-    )
-    p.add_argument("--create-topics", action="store_true", help="create missing topics")
-    p.add_argument("--kafka-option", action="append", default=[], metavar="KEY=VALUE")
+    p = mycroft_parser("replay", DESCRIPTION)
+    p.add_argument("file", type=Path, help="trace file (.trace or .trace.gz)")
+    add_config_flag(p)
+    add_flags(p, ReplaySettings, "replay")
     return p
+
+
+def load_settings(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> ReplaySettings:
+    """Parse ``argv`` and merge it over the environment and the config file.
+
+    Raises:
+        ConfigError: ``--kafka`` missing, or a value that does not hold.
+    """
+    flags = vars(_parser().parse_args(list(argv)))
+    return load(ReplaySettings, "replay", flags, env, extra={"file": flags["file"]})
 
 
 def replay(path: Path, publisher: RecordPublisher, speed: float = 0.0) -> int:
@@ -58,17 +103,20 @@ def replay(path: Path, publisher: RecordPublisher, speed: float = 0.0) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Replay one file; exit 1 if any delivery failed, 2 on bad arguments."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
-    extra = dict(opt.partition("=")[::2] for opt in args.kafka_option)
-    topics = TopicSet(args.topic_prefix, args.partitions or None)
+    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    setup_logging()
+    return run(settings)
+
+
+def run(s: ReplaySettings) -> int:
+    """Publish ``s.file``; return 0, or 1 if a record was not delivered."""
+    extra = s.kafka_config()
+    topics = TopicSet(s.topic_prefix, s.partitions or None)
     try:
-        if args.create_topics:
-            create_topics(args.kafka, topics, extra=extra)
-        publisher = RecordPublisher(args.kafka, topics, extra=extra)
-        n = replay(args.file, publisher, args.speed)
+        if s.create_topics:
+            create_topics(s.kafka, topics, extra=extra)
+        publisher = RecordPublisher(s.kafka, topics, extra=extra)
+        n = replay(s.file, publisher, s.speed)
     except ConfigError as exc:
         print(f"mycroft replay: {exc}", file=sys.stderr)
         return 2

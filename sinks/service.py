@@ -1,4 +1,4 @@
-"""``mycroft sinks run``: forward detection results from Kafka to the sinks.
+"""``mycroft sinks``: forward detection results from Kafka to the sinks.
 
 Consumes the anomaly, root-cause and heartbeat topics with a
 :class:`~mycroft.kafka_client.DecodingConsumer` (bad records go to the dead
@@ -7,7 +7,8 @@ commits the offsets: at-least-once. Sinks are idempotent (anomaly ids,
 incident ids with revisions), so re-delivery after a crash is harmless.
 Heartbeats only tell sinks that track jobs (:class:`JobWatcher`, the
 Prometheus sink) that the job still runs: one silent for ``--job-end``
-seconds has ended and its incidents close.
+seconds has ended and its incidents close. Settings: :class:`SinksSettings`
+(:mod:`mycroft.config`).
 
 A retryable :class:`~mycroft.errors.SinkError` is retried with exponential
 backoff; when retries run out the service exits non-zero *without*
@@ -23,13 +24,16 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import ConfigError, MycroftError, SinkError
+from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
 from mycroft.kafka_security import add_flags as add_security_flags
-from mycroft.kafka_security import security_from
+from mycroft.logs import setup_logging
 from mycroft.schemas.records import Anomaly, Heartbeat, RootCause
 from mycroft.sinks.base import JobWatcher, Sink, SinkRecord
 from mycroft.stop_signal import StopSignal
@@ -171,81 +175,91 @@ class Forwarder:
         return False  # pragma: no cover (the loop returns or raises)
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
-    return value
+DESCRIPTION = """\
+Forward the anomalies and root causes on Kafka to Prometheus (/metrics for
+Grafana and alerting rules) and/or OpenSearch/Elasticsearch, committing only
+what every sink took: a sink that stays down stops the service uncommitted,
+and a restart resumes where it left off. Settings: flag, then environment
+(the variables shown), then the [sinks] table of --config, then the
+default."""
 
 
-def _parser(env: dict[str, str]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="mycroft sinks run", description=__doc__.split("\n")[0]
+@dataclass(frozen=True)
+class SinksSettings:
+    """Everything ``mycroft sinks`` needs; built once in :func:`main`."""
+
+    bootstrap: str = setting(
+        "",
+        "Kafka bootstrap servers",
+        env=("MYCROFT_BOOTSTRAP",),
+        shown="none",
+        metavar="HOST:PORT",
     )
-    add = p.add_argument
-    add(
-        "--bootstrap",
-        default=env.get("MYCROFT_BOOTSTRAP"),
-        help="Kafka bootstrap servers (env MYCROFT_BOOTSTRAP)",
+    topic_prefix: str = setting(
+        "", "namespace prefix of the topics", env=("MYCROFT_TOPIC_PREFIX",)
     )
-    add(
-        "--topic-prefix",
-        default=env.get("MYCROFT_TOPIC_PREFIX", ""),
-        help="namespace prefix of the topics (env MYCROFT_TOPIC_PREFIX)",
+    group: str = setting("mycroft-sinks", "consumer group")
+    prometheus_listen: str = setting(
+        "", "serve /metrics on HOST:PORT", metavar="HOST:PORT", shown="off"
     )
-    add(
-        "--group",
-        default=env.get("MYCROFT_SINKS__GROUP", "mycroft-sinks"),
-        help="consumer group (env MYCROFT_SINKS__GROUP)",
+    incident_ttl: float = setting(
+        600.0,
+        "seconds without a revision before an incident closes",
+        env=("MYCROFT_SINKS__INCIDENT_TTL_S",),
+        metavar="S",
     )
-    add(
-        "--prometheus-listen",
-        default=env.get("MYCROFT_SINKS__PROMETHEUS_LISTEN"),
-        help="serve /metrics on HOST:PORT (env MYCROFT_SINKS__PROMETHEUS_LISTEN)",
+    job_end: float = setting(
+        60.0,
+        "seconds without a heartbeat or result of a job before it counts as "
+        "ended and its incidents close",
+        env=("MYCROFT_SINKS__JOB_END_S",),
+        metavar="S",
     )
-    add(
-        "--incident-ttl",
-        type=_positive,
-        default=float(env.get("MYCROFT_SINKS__INCIDENT_TTL_S", "600")),
-        help="seconds without a revision before an incident closes (default 600)",
+    lag_group: tuple[str, ...] = setting(
+        ("mycroft-streams",),
+        "stream-worker consumer group (its --app-id) whose lag on the raw "
+        "topics is exported with the metrics; repeatable, '' for none",
+        env=("MYCROFT_SINKS__LAG_GROUPS",),
+        metavar="GROUP",
     )
-    add(
-        "--job-end",
-        type=_positive,
-        default=float(env.get("MYCROFT_SINKS__JOB_END_S", "60")),
-        help="seconds without a heartbeat or result of a job before it counts as "
-        "ended and its incidents close (env MYCROFT_SINKS__JOB_END_S, default 60)",
+    opensearch_url: str = setting(
+        "", "OpenSearch/Elasticsearch URL", metavar="URL", shown="off"
     )
-    add(
-        "--lag-group",
-        action="append",
-        help="stream-worker consumer group (its --app-id) whose lag on the raw "
-        "topics is exported with the Prometheus metrics; repeatable "
-        "(env MYCROFT_SINKS__LAG_GROUPS, comma-separated; default mycroft-streams)",
+    index_prefix: str = setting("mycroft", "index name prefix")
+    refresh: str = setting(
+        "", "_bulk refresh parameter, e.g. wait_for", shown="the server's"
     )
-    add(
-        "--opensearch-url",
-        default=env.get("MYCROFT_SINKS__OPENSEARCH_URL"),
-        help="OpenSearch/Elasticsearch URL (env MYCROFT_SINKS__OPENSEARCH_URL)",
-    )
-    add(
-        "--index-prefix",
-        default=env.get("MYCROFT_SINKS__INDEX_PREFIX", "mycroft"),
-        help="index name prefix (env MYCROFT_SINKS__INDEX_PREFIX)",
-    )
-    add(
-        "--refresh",
-        default=env.get("MYCROFT_SINKS__REFRESH"),
-        help="_bulk refresh parameter, e.g. wait_for (env MYCROFT_SINKS__REFRESH)",
-    )
-    add(
-        "--retries",
-        type=int,
-        default=int(env.get("MYCROFT_SINKS__RETRIES", "8")),
-        help="attempts per write before exiting uncommitted (default 8)",
-    )
+    retries: int = setting(8, "attempts per write before exiting uncommitted")
+    security: KafkaSecurity = PLAINTEXT
+
+    def __post_init__(self) -> None:
+        for name in ("incident_ttl", "job_end"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be > 0")
+        if self.retries < 1:
+            raise ConfigError("--retries must be at least 1")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = mycroft_parser("sinks", DESCRIPTION)
+    add_config_flag(p)
+    add_flags(p, SinksSettings, "sinks")
     add_security_flags(p, "MYCROFT_")
-    return p  # fmt: skip
+    return p
+
+
+def load_settings(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> SinksSettings:
+    """Parse ``argv`` and merge it over the environment and the config file.
+
+    Raises:
+        ConfigError: a value of the wrong type, or settings that do not hold.
+    """
+    env = os.environ if env is None else env
+    flags = vars(_parser().parse_args(list(argv)))
+    security = security_from(flags, env, "MYCROFT_")
+    return load(SinksSettings, "sinks", flags, env, extra={"security": security})
 
 
 def _split_listen(listen: str) -> tuple[str, int]:
@@ -257,10 +271,8 @@ def _split_listen(listen: str) -> tuple[str, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the forwarder until SIGTERM/SIGINT; return the exit code."""
-    args = _parser(dict(os.environ)).parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
+    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    setup_logging()
     # Installed first: a SIGTERM while the consumer and sinks are being set
     # up stops the run before it forwards anything, instead of killing it.
     # Not restored on return: a late SIGTERM must not kill a run that is
@@ -268,36 +280,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopSignal()
     stop.install()
     try:
-        return _run(args, stop)
+        return run(settings, stop)
     except ConfigError:
         raise  # flags that do not combine: the mycroft command's usage error
     except MycroftError as exc:
-        logger.error("mycroft sinks run: %s", exc)
+        logger.error("mycroft sinks: %s", exc)
         return 1
 
 
-def _run(args: argparse.Namespace, stop: StopSignal) -> int:
+def run(s: SinksSettings, stop: StopSignal) -> int:
+    """Forward with the sinks of ``s`` until ``stop``; return the exit code.
+
+    Raises:
+        ConfigError: no bootstrap, no sink, or a bad listen address.
+    """
     from mycroft.kafka_client import DecodingConsumer  # noqa: PLC0415 (keeps --help fast)
     from mycroft.topics import TopicSet  # noqa: PLC0415
 
-    if not args.bootstrap:
+    if not s.bootstrap:
         raise ConfigError("give --bootstrap HOST:PORT or set MYCROFT_BOOTSTRAP")
-    if not (args.prometheus_listen or args.opensearch_url):
+    if not (s.prometheus_listen or s.opensearch_url):
         raise ConfigError("give --prometheus-listen and/or --opensearch-url")
-    topics = TopicSet(args.topic_prefix)
-    sinks, closers = _build_sinks(args, topics)
+    topics = TopicSet(s.topic_prefix)
+    sinks, closers = _build_sinks(s, topics)
     consumer = DecodingConsumer(
-        args.bootstrap, args.group,
+        s.bootstrap, s.group,
         [topics.anomaly, topics.rootcause, topics.heartbeat],
-        topics.deadletter, auto_commit=False, extra=_kafka_extra(args),
+        topics.deadletter, auto_commit=False, extra=s.security.librdkafka(),
     )  # fmt: skip
 
     forwarder = Forwarder(
         consumer, sinks, consumer.commit,
-        backoff=Backoff(attempts=args.retries), stopping=stop,
+        backoff=Backoff(attempts=s.retries), stopping=stop,
     )  # fmt: skip
     logger.info("forwarding %s, %s to %s", topics.anomaly, topics.rootcause,
-                ", ".join(type(s).__name__ for s in sinks))  # fmt: skip
+                ", ".join(type(k).__name__ for k in sinks))  # fmt: skip
     code = 0
     try:
         forwarder.run()
@@ -312,38 +329,25 @@ def _run(args: argparse.Namespace, stop: StopSignal) -> int:
     return code
 
 
-def _kafka_extra(args: argparse.Namespace) -> dict[str, Any]:
-    """librdkafka security settings of the flags, then ``MYCROFT_*`` variables."""
-    return dict(security_from(vars(args), os.environ, "MYCROFT_").librdkafka())
-
-
-def _lag_groups(args: argparse.Namespace) -> list[str]:
-    given = args.lag_group
-    if given is None:
-        env = os.environ.get("MYCROFT_SINKS__LAG_GROUPS", "mycroft-streams")
-        given = env.split(",")
-    return [g.strip() for g in given if g.strip()]
-
-
 def _build_sinks(
-    args: argparse.Namespace, topics: TopicSet
+    s: SinksSettings, topics: TopicSet
 ) -> tuple[list[Sink], list[Callable[[], None]]]:
     sinks: list[Sink] = []
     closers: list[Callable[[], None]] = []
-    if args.prometheus_listen:
+    if s.prometheus_listen:
         from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
 
         from mycroft.sinks.prometheus import PrometheusSink  # noqa: PLC0415
 
-        host, port = _split_listen(args.prometheus_listen)
+        host, port = _split_listen(s.prometheus_listen)
         registry = CollectorRegistry()
         prom = PrometheusSink(
-            registry, incident_ttl_s=args.incident_ttl, job_end_s=args.job_end
+            registry, incident_ttl_s=s.incident_ttl, job_end_s=s.job_end
         )
         server, thread = start_http_server(port, host, registry=registry)
         logger.info("serving metrics on http://%s:%d/metrics", host, port)
         sinks.append(prom)
-        lag = _lag_monitor(args, topics, registry)
+        lag = _lag_monitor(s, topics, registry)
 
         def stop_http() -> None:
             if lag is not None:
@@ -354,11 +358,11 @@ def _build_sinks(
             thread.join(5)
 
         closers.append(stop_http)
-    if args.opensearch_url:
+    if s.opensearch_url:
         from mycroft.sinks.opensearch import OpenSearchSink  # noqa: PLC0415
 
         search = OpenSearchSink(
-            args.opensearch_url, args.index_prefix, refresh=args.refresh
+            s.opensearch_url, s.index_prefix, refresh=s.refresh or None
         )
         sinks.append(search)
         closers.append(search.close)
@@ -366,16 +370,16 @@ def _build_sinks(
 
 
 def _lag_monitor(
-    args: argparse.Namespace, topics: TopicSet, registry: CollectorRegistry
+    s: SinksSettings, topics: TopicSet, registry: CollectorRegistry
 ) -> LagMonitor | None:
-    groups = _lag_groups(args)
+    groups = list(s.lag_group)
     if not groups:
         return None
     from mycroft.sinks.lag import LagMonitor  # noqa: PLC0415
 
     raw = [topics.topology, topics.state, topics.completion, topics.heartbeat]
     monitor = LagMonitor(
-        args.bootstrap, groups, raw, registry, extra=_kafka_extra(args)
+        s.bootstrap, groups, raw, registry, extra=s.security.librdkafka()
     )
     monitor.start()
     logger.info("exporting the lag of %s", ", ".join(groups))

@@ -696,6 +696,7 @@ def build_app(
 def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -> int:
     """Create topics, then run a Faust worker until it is stopped; return its code."""
     ensure_topics(settings)
+    settings.data_path.mkdir(parents=True, exist_ok=True)
     if settings.stage == "split":
         app = build_split_app(settings, faust_config(settings))
     else:

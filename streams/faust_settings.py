@@ -1,7 +1,9 @@
 """Settings of the Faust stream worker: one frozen object, validated once in main.
 
 Every flag of ``mycroft streams worker`` has a ``MYCROFT_STREAMS__<NAME>``
-equivalent (the flag wins). Nothing here reads the environment at import time.
+equivalent and a key of the ``[streams]`` table of the config file (the flag
+wins, then the variable; :mod:`mycroft.config`). Nothing here reads the
+environment at import time.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import add_config_flag, add_flags, load, setting, state_dir
 from mycroft.errors import ConfigError
-from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, add_flags, security_from
+from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
+from mycroft.kafka_security import add_flags as add_flags_security
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _HOSTPORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
@@ -40,7 +45,9 @@ class StreamSettings:
         metrics_port: Port of the worker's Prometheus ``/metrics``
             (``mycroft_invalid_records_total`` and others,
             ``streams/invalid_records.py``); 0 serves none.
-        data_dir: Faust data directory.
+        data_dir: Faust data folder; ``''`` is :func:`mycroft.config.state_dir`
+            ``/streams`` (``$XDG_STATE_HOME/mycroft/streams``, else
+            ``~/.local/state/mycroft/streams``).
         rates: Maintain the windowed per-rank/per-comm rate tables.
         session_timeout_s: Kafka consumer session timeout.
         loglevel: Worker log level.
@@ -62,23 +69,31 @@ class StreamSettings:
             ``MYCROFT_STREAMS__SECURITY_PROTOCOL`` ...; ``infra/SECURITY.md``).
     """
 
-    bootstrap: str
-    app_id: str = "mycroft-streams"
-    prefix: str = ""
-    partitions: int = 8
-    evaluate_interval_s: float = 0.2
-    snapshot_interval_s: float = 1.0
-    web_port: int = 0
-    metrics_port: int = 0
-    data_dir: str = "mycroft-streams-data"
-    rates: bool = True
-    session_timeout_s: float = 10.0
-    loglevel: str = "info"
-    stats_interval_s: float = 10.0
-    job_idle_s: float = 120.0
-    stage: str = "single"
-    comm_groups: int = 8
-    trace_speed: float = 1.0
+    bootstrap: str = setting(doc="Kafka bootstrap servers", metavar="HOST:PORT[,...]")
+    app_id: str = setting(
+        "mycroft-streams", "Faust app id: consumer group, internal topics' prefix"
+    )
+    prefix: str = setting("", "namespace prefix of Mycroft's topics")
+    partitions: int = setting(8, "partitions of every source, table and tick topic")
+    evaluate_interval_s: float = setting(0.2, "wall period of the event-clock tick, s")
+    snapshot_interval_s: float = setting(
+        1.0, "period of engine snapshots and offset commits, s"
+    )
+    web_port: int = setting(0, "Faust web port (0: off)")
+    metrics_port: int = setting(0, "serve Prometheus /metrics on this port (0: off)")
+    data_dir: str = setting(
+        "", "Faust data folder", shown="$XDG_STATE_HOME/mycroft/streams", metavar="DIR"
+    )
+    rates: bool = setting(True, "windowed per-rank and per-comm rate tables")
+    session_timeout_s: float = setting(10.0, "Kafka consumer session timeout, s")
+    loglevel: str = setting("info", "debug, info, warning or error")
+    stats_interval_s: float = setting(10.0, "period of the stats log line, s")
+    job_idle_s: float = setting(120.0, "evict jobs silent this long, s")
+    stage: str = setting(
+        "single", "single, or one stage of the two-stage worker", choices=STAGES
+    )
+    comm_groups: int = setting(8, "comm groups per job (two-stage worker)")
+    trace_speed: float = setting(1.0, "deprecated, ignored: verdicts use event time")
     security: KafkaSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
@@ -144,80 +159,46 @@ class StreamSettings:
 
     @property
     def data_path(self) -> Path:
-        """``data_dir`` as a path."""
-        return Path(self.data_dir)
+        """``data_dir`` as a path, the state folder's ``streams`` if unset."""
+        return Path(self.data_dir) if self.data_dir else state_dir() / "streams"
+
+
+DESCRIPTION = (
+    "Run a stream worker: it reads the raw trace topics of the jobs it is "
+    "handed, detects hangs, slowdowns and mismatches, names their root cause, "
+    "and publishes both. Workers with the same --app-id share the jobs; "
+    "--stage runs one stage of the two-stage worker for jobs too large for "
+    "one (streams/SCALING.md)."
+)
+WORKER = (
+    f"{DESCRIPTION} Settings: flag, then environment (the variables shown), "
+    "then the [streams] table of --config, then the default."
+)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mycroft streams", description=__doc__)
-    p.add_argument("command", choices=["worker"], help="what to run")
-    p.add_argument("--bootstrap", help="Kafka bootstrap servers")
-    p.add_argument("--app-id")
-    p.add_argument("--prefix", help="topic namespace prefix")
-    p.add_argument("--partitions", type=int)
-    p.add_argument("--evaluate-interval-s", type=float)
-    p.add_argument("--snapshot-interval-s", type=float)
-    p.add_argument("--web-port", type=int, help="0 disables the web server")
-    p.add_argument(
-        "--metrics-port", type=int, help="serve Prometheus /metrics here (0: off)"
-    )
-    p.add_argument("--data-dir")
-    p.add_argument("--rates", choices=["on", "off"], help="windowed rate tables")
-    p.add_argument("--session-timeout-s", type=float)
-    p.add_argument("--loglevel", "-l")
-    p.add_argument("--stats-interval-s", type=float)
-    p.add_argument("--job-idle-s", type=float, help="evict jobs silent this long")
-    p.add_argument(
-        "--stage", choices=STAGES, help="single (default) or a two-stage worker stage"
-    )
-    p.add_argument("--comm-groups", type=int, help="comm groups per job (two-stage)")
-    p.add_argument(
-        "--trace-speed", type=float, help="deprecated, ignored: verdicts use event time"
-    )
-    add_flags(p, ENV_PREFIX)
+    p = mycroft_parser("streams", DESCRIPTION)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    worker = sub.add_parser("worker", help="run a stream worker", description=WORKER)
+    add_config_flag(worker)
+    add_flags(worker, StreamSettings, "streams")
+    add_flags_security(worker, ENV_PREFIX)
     return p
-
-
-def _coerce(name: str, raw: str) -> object:
-    kind = {f.name: f.type for f in fields(StreamSettings)}[name]
-    try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-        if kind == "bool":
-            return raw.strip().lower() in {"1", "true", "yes", "on"}
-    except ValueError as exc:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={raw!r}: {exc}") from exc
-    return raw
 
 
 def parse_settings(
     argv: Sequence[str], env: Mapping[str, str] | None = None
 ) -> tuple[str, StreamSettings]:
-    """Return ``(command, settings)`` from flags, then ``MYCROFT_STREAMS__*``.
+    """Return ``(command, settings)`` from flags, ``MYCROFT_STREAMS__*``, the file.
 
     Raises:
         ConfigError: a value is missing or invalid.
     """
     env = os.environ if env is None else env
     ns = vars(_parser().parse_args(list(argv)))
-    command = ns.pop("command")
-    values: dict[str, object] = {}
-    values["security"] = security_from(ns, env, ENV_PREFIX)
-    for f in fields(StreamSettings):
-        if f.name == "security":
-            continue
-        flag = ns.get(f.name)
-        if f.name == "rates" and flag is not None:
-            flag = flag == "on"
-        if flag is not None:
-            values[f.name] = flag
-        elif (raw := env.get(ENV_PREFIX + f.name.upper())) is not None:
-            values[f.name] = _coerce(f.name, raw)
-    if "bootstrap" not in values:
-        raise ConfigError("--bootstrap (or MYCROFT_STREAMS__BOOTSTRAP) is required")
-    return command, StreamSettings(**values)  # type: ignore[arg-type]  # validated in __post_init__
+    security = security_from(ns, env, ENV_PREFIX)
+    settings = load(StreamSettings, "streams", ns, env, extra={"security": security})
+    return ns["command"], settings
 
 
 def to_argv(settings: StreamSettings) -> list[str]:

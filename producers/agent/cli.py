@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import faulthandler
 import logging
 import os
@@ -11,12 +10,15 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from mycroft import config as mycroft_config
 from mycroft import kafka_security
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import add_flags
 from mycroft.errors import ConfigError
+from mycroft.logs import setup_logging
 from mycroft.producers.agent import config
 from mycroft.producers.agent.daemon import Agent
 from mycroft.producers.agent.metrics import AgentMetrics
@@ -30,51 +32,30 @@ log = logging.getLogger(__name__)
 
 _SECURITY_KEYS = set(kafka_security.KEYS)
 
-_FLAGS: tuple[tuple[str, type, str], ...] = (
-    ("job-id", str, "training job id (Kafka key)"),
-    ("host", str, "host name stamped on batches (default: hostname)"),
-    ("source", str, "ring | sim | replay"),
-    ("ring-dir", str, "folder of ring files (default /dev/shm/mycroft)"),
-    ("ring-glob", str, "ring file pattern (default *.ring)"),
-    ("replay-file", str, "trace file for --source replay"),
-    ("replay-speed", float, "replay pace, 1.0 = real time, 0 = at once"),
-    ("sim-args", str, "mycroft simulate arguments for --source sim (no --out)"),
-    ("sim-start-s", float, "simulated job start, Unix s (0: aligned to 10 s)"),
-    ("interval-ms", int, "sampling tick, ms (default 100)"),
-    ("heartbeat-s", float, "heartbeat period, s (default 1)"),
-    ("nic-sysfs", str, "RDMA sysfs folder for NIC port state ('': off)"),
-    ("bootstrap", str, "Kafka bootstrap servers"),
-    ("topic-prefix", str, "topic name prefix (tests, tenants)"),
-    ("partitions", int, "override every topic's partition count"),
-    ("spool-dir", str, "disk spool folder"),
-    ("spool-max-bytes", int, "spool bound, bytes (default 256 MiB)"),
-    ("spool-segment-bytes", int, "spool segment size, bytes (default 8 MiB)"),
-    ("spool-fsync-s", float, "fsync the spool at most this often, s (0: every tick)"),
-    ("delivery-timeout-ms", int, "librdkafka message.timeout.ms (default 120000)"),
-    ("retry-s", float, "probe period while Kafka is unreachable, s"),
-    ("shutdown-flush-s", float, "how long SIGTERM waits for deliveries, s"),
-    ("metrics-port", int, "Prometheus port (0: off)"),
-    ("metrics-addr", str, "Prometheus listen address"),
-    ("duration-s", float, "stop after this long (0: run until SIGTERM)"),
-    ("log-level", str, "DEBUG, INFO, WARNING, ERROR"),
+DESCRIPTION = (
+    "The node agent, one per GPU host: drains the trace rings the training "
+    "processes write, batches them per sampling tick and ships them to Kafka, "
+    "spooling to disk while Kafka is away. Settings: flag, then environment "
+    "(the variables shown), then --config (TOML or JSON, [agent] table), then "
+    "the default."
 )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="mycroft agent",
-        description="Node agent: drains trace rings and ships them durably to Kafka. "
-        "Precedence: flags > MYCROFT_* env > --config file.",
+    p = mycroft_parser("agent", DESCRIPTION)
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="TOML or JSON settings file, [agent] table (default: $MYCROFT_CONFIG)",
     )
-    p.add_argument("--config", type=Path, help="TOML or JSON file ([agent] table)")
-    for name, typ, doc in _FLAGS:
-        p.add_argument(f"--{name}", type=typ, default=None, help=doc)
+    add_flags(p, config.Settings, "agent")
     p.add_argument(
         "--kafka-option",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable)",
+        help="librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; "
+        "env MYCROFT_KAFKA__<KEY>, dots as underscores)",
     )
     kafka_security.add_flags(p, "MYCROFT_")
     return p
@@ -83,29 +64,30 @@ def _parser() -> argparse.ArgumentParser:
 def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Settings:
     """Parse flags and merge them over the environment and the config file."""
     args = _parser().parse_args(list(argv))
-    path = args.config or (
-        Path(env["MYCROFT_CONFIG"]) if env.get("MYCROFT_CONFIG") else None
-    )
+    path = mycroft_config.config_path(vars(args), env)
     file_values = config.read_file(path) if path else {}
     file_security = {
         k: file_values.pop(k) for k in list(file_values) if k in _SECURITY_KEYS
     }
-    flags: dict[str, Any] = {
-        n.replace("-", "_"): getattr(args, n.replace("-", "_")) for n, _, _ in _FLAGS
-    }
-    kafka = {}
+    kafka = {str(k): str(v) for k, v in dict(file_values.pop("kafka", {})).items()}
+    kafka |= config.kafka_from_env(env)
     for opt in args.kafka_option:
         key, sep, value = opt.partition("=")
         if not sep:
             raise ConfigError(f"--kafka-option {opt.split('=')[0]!r} needs KEY=VALUE")
         kafka[key.strip()] = value
-    if kafka:
-        flags["kafka"] = kafka
     security = kafka_security.security_from(
         vars(args), env, "MYCROFT_", {k: str(v) for k, v in file_security.items()}
     )
-    settings = config.build(file_values, config.from_env(env), flags)
-    return dataclasses.replace(settings, security=security)
+    return mycroft_config.load(
+        config.Settings,
+        "agent",
+        vars(args),
+        env,
+        file_values=file_values,
+        file_name=str(path),
+        extra={"kafka": kafka, "security": security},
+    )
 
 
 def build_agent(s: config.Settings, registry: CollectorRegistry | None) -> Agent:
@@ -150,10 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mycroft agent: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(settings.log_level)
     log.info("settings: %s", settings.redacted())
     registry = CollectorRegistry()
     try:

@@ -1,9 +1,10 @@
 """Agent settings: config file < ``MYCROFT_*`` environment < command-line flags.
 
-Built once in ``main`` and passed down frozen. Kafka client settings
-(``kafka`` table in the file, ``MYCROFT_KAFKA__SASL_PASSWORD``-style
-variables, ``--kafka-option sasl.password=...`` flags) are handed to
-librdkafka unchanged; any whose name looks secret is masked by :func:`masked`.
+Built once in ``main`` by :func:`mycroft.config.load` and passed down
+frozen. Kafka client settings (``kafka`` table in the file,
+``MYCROFT_KAFKA__SASL_PASSWORD``-style variables, ``--kafka-option
+sasl.password=...`` flags) are handed to librdkafka unchanged; any whose
+name looks secret is masked by :func:`masked`.
 """
 
 from __future__ import annotations
@@ -13,50 +14,74 @@ import json
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mycroft.config import setting
 from mycroft.errors import ConfigError
 from mycroft.kafka_security import PLAINTEXT, KafkaSecurity
+from mycroft.logs import LEVELS
 
 SOURCES = ("ring", "sim", "replay")
+KAFKA_ENV = "MYCROFT_KAFKA__"
 _SECRET_WORDS = ("password", "secret", "token", "credential", "jaas", "pem", "key.pem")
 MASK = "*****"
 
 
+def _s(default: Any, doc: str, **kw: Any) -> Any:
+    """An agent setting, also read from the older ``MYCROFT_<FIELD>`` name."""
+    return setting(default, doc, env=("MYCROFT_*",), **kw)
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything the agent needs; see ``producers/agent/README.md`` for each field."""
+    """Everything the agent needs; see ``producers/agent/README.md`` for each field.
 
-    job_id: str = "default"
-    host: str = field(default_factory=socket.gethostname)
-    source: str = "ring"
-    ring_dir: str = "/dev/shm/mycroft"  # noqa: S108 - the ring folder, by design
-    ring_glob: str = "*.ring"
-    replay_file: str = ""
-    replay_speed: float = 0.0
-    sim_args: str = ""
-    sim_start_s: float = 0.0
-    interval_ms: int = 100
-    heartbeat_s: float = 1.0
-    nic_sysfs: str = "/sys/class/infiniband"
-    bootstrap: str = ""
-    topic_prefix: str = ""
-    partitions: int = 0
-    spool_dir: str = "/var/lib/mycroft-agent/spool"
-    spool_max_bytes: int = 256 << 20
-    spool_segment_bytes: int = 8 << 20
-    spool_fsync_s: float = 1.0
-    delivery_timeout_ms: int = 120_000
-    retry_s: float = 1.0
-    shutdown_flush_s: float = 10.0
-    metrics_port: int = 0
-    metrics_addr: str = "0.0.0.0"  # noqa: S104 - a node exporter listens on the node
-    duration_s: float = 0.0
-    log_level: str = "INFO"
+    Each field is a setting of :mod:`mycroft.config` (section ``agent``): a
+    flag, ``MYCROFT_AGENT__<FIELD>`` or the older ``MYCROFT_<FIELD>``, a key
+    of the config file; ``kafka`` and ``security`` are built apart.
+    """
+
+    job_id: str = _s("default", "training job id (Kafka key)")
+    host: str = _s("", "host name stamped on batches", shown="the hostname")
+    source: str = _s("ring", "where records come from: ring, sim or replay")
+    ring_dir: str = _s("/dev/shm/mycroft", "folder of ring files")  # noqa: S108 - the ring folder, by design
+    ring_glob: str = _s("*.ring", "ring file pattern")
+    replay_file: str = _s("", "trace file for --source replay", shown="none")
+    replay_speed: float = _s(0.0, "replay pace, 1.0 = real time, 0 = at once")
+    sim_args: str = _s("", "mycroft simulate arguments for --source sim (no --out)")
+    sim_start_s: float = _s(0.0, "simulated job start, Unix s (0: aligned to 10 s)")
+    interval_ms: int = _s(100, "sampling tick, ms")
+    heartbeat_s: float = _s(1.0, "heartbeat period, s")
+    nic_sysfs: str = _s(
+        "/sys/class/infiniband", "RDMA sysfs folder for NIC port state ('': off)"
+    )
+    bootstrap: str = _s(
+        "", "Kafka bootstrap servers", shown="none", metavar="HOST:PORT"
+    )
+    topic_prefix: str = _s("", "topic name prefix (tests, tenants)")
+    partitions: int = _s(0, "override every topic's partition count (0: per topic)")
+    spool_dir: str = _s("/var/lib/mycroft-agent/spool", "disk spool folder")
+    spool_max_bytes: int = _s(256 << 20, "spool bound, bytes")
+    spool_segment_bytes: int = _s(8 << 20, "spool segment size, bytes")
+    spool_fsync_s: float = _s(
+        1.0, "fsync the spool at most this often, s (0: every tick)"
+    )
+    delivery_timeout_ms: int = _s(120_000, "librdkafka message.timeout.ms")
+    retry_s: float = _s(1.0, "probe period while Kafka is unreachable, s")
+    shutdown_flush_s: float = _s(10.0, "how long SIGTERM waits for deliveries, s")
+    metrics_port: int = _s(0, "Prometheus port (0: off)")
+    metrics_addr: str = _s("0.0.0.0", "Prometheus listen address")  # noqa: S104 - a node exporter listens on the node
+    duration_s: float = _s(0.0, "stop after this long (0: run until SIGTERM)")
+    log_level: str = _s("INFO", "DEBUG, INFO, WARNING or ERROR")
     kafka: Mapping[str, str] = field(default_factory=dict)
     security: KafkaSecurity = PLAINTEXT
+
+    def __post_init__(self) -> None:
+        if not self.host:  # resolved once, so the logged settings show it
+            object.__setattr__(self, "host", socket.gethostname())
+        _validate(self)
 
     def kafka_config(self) -> dict[str, Any]:
         """librdkafka settings beyond ``producer_config`` (security, timeouts)."""
@@ -97,54 +122,13 @@ def read_file(path: Path) -> dict[str, Any]:
     return agent
 
 
-def from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """``MYCROFT_<FIELD>`` and ``MYCROFT_KAFKA__<PROP_WITH_UNDERSCORES>`` variables."""
-    names = {f.name for f in fields(Settings)} - {"kafka", "security"}
-    out: dict[str, Any] = {}
-    kafka: dict[str, str] = {}
-    for var, value in env.items():
-        if var.startswith("MYCROFT_KAFKA__"):
-            kafka[var.removeprefix("MYCROFT_KAFKA__").lower().replace("_", ".")] = value
-        elif var.startswith("MYCROFT_") and var[8:].lower() in names:
-            out[var[8:].lower()] = value
-    if kafka:
-        out["kafka"] = kafka
-    return out
-
-
-def build(
-    file_values: Mapping[str, Any],
-    env_values: Mapping[str, Any],
-    flag_values: Mapping[str, Any],
-) -> Settings:
-    """Merge the three layers (later wins; ``kafka`` merges key by key) and validate.
-
-    Raises:
-        ConfigError: an unknown key, a value of the wrong type, or a bad value.
-    """
-    types = {f.name: f for f in fields(Settings)}
-    merged: dict[str, Any] = {}
-    kafka: dict[str, str] = {}
-    for layer in (file_values, env_values, flag_values):
-        for raw_key, value in layer.items():
-            key = raw_key.replace("-", "_")
-            if key not in types:
-                raise ConfigError(f"unknown agent setting {key!r}")
-            if key == "kafka":
-                kafka |= {str(k): str(v) for k, v in dict(value).items()}
-            elif value is not None:
-                merged[key] = _coerce(key, value, types[key].type)
-    settings = Settings(**merged, kafka=kafka)
-    _validate(settings)
-    return settings
-
-
-def _coerce(key: str, value: Any, typ: Any) -> Any:
-    target = {"int": int, "float": float, "str": str}.get(str(typ), str)
-    try:
-        return target(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}={value!r} is not a valid {target.__name__}") from None
+def kafka_from_env(env: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings of ``MYCROFT_KAFKA__<PROP_WITH_UNDERSCORES>`` variables."""
+    return {
+        var.removeprefix(KAFKA_ENV).lower().replace("_", "."): value
+        for var, value in env.items()
+        if var.startswith(KAFKA_ENV)
+    }
 
 
 def _validate(s: Settings) -> None:
@@ -158,6 +142,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "source=sim needs sim_args with at least --ranks and --truth, e.g. "
             "--sim-args '--ranks 64 --pp 2 --dp 4 --fault nic-down --truth t.json'"
+        )
+    if s.log_level.upper() not in LEVELS:
+        raise ConfigError(
+            f"log_level={s.log_level!r} is not one of {', '.join(LEVELS)}"
         )
     if s.spool_max_bytes < 2 * s.spool_segment_bytes:
         raise ConfigError("spool_max_bytes must be at least 2 x spool_segment_bytes")

@@ -9,7 +9,7 @@ import pytest
 
 from mycroft.errors import ConfigError
 from mycroft.producers.agent.cli import load_settings
-from mycroft.producers.agent.config import MASK, from_env, masked
+from mycroft.producers.agent.config import MASK, kafka_from_env, masked
 
 
 def _file(tmp_path: Path) -> Path:
@@ -74,9 +74,19 @@ def test_masking_and_env_mapping() -> None:
         "sasl.oauthbearer.client.secret": MASK,
         "acks": "all",
     }
-    assert from_env({"MYCROFT_KAFKA__SSL_CA_LOCATION": "/ca", "HOME": "/root"}) == {
-        "kafka": {"ssl.ca.location": "/ca"}
-    }
+    env = {"MYCROFT_KAFKA__SSL_CA_LOCATION": "/ca", "HOME": "/root"}
+    assert kafka_from_env(env) == {"ssl.ca.location": "/ca"}
+
+
+def test_older_and_sectioned_variables(tmp_path: Path) -> None:
+    s = load_settings([], {"MYCROFT_INTERVAL_MS": "75", "MYCROFT_AGENT__JOB_ID": "j"})
+    assert (s.interval_ms, s.job_id) == (75, "j")
+    with pytest.raises(ConfigError, match="MYCROFT_HEARTBEAT_S='x': heartbeat_s"):
+        load_settings([], {"MYCROFT_HEARTBEAT_S": "x"})
+    path = tmp_path / "a.toml"
+    path.write_text("[agent]\nbogus = 1\n")
+    with pytest.raises(ConfigError, match="unknown bogus"):
+        load_settings(["--config", str(path)], {})
 
 
 @pytest.mark.parametrize(

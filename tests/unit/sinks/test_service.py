@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from mycroft.errors import ConfigError, SinkError
 from mycroft.schemas.records import Heartbeat
 from mycroft.sinks.memory import MemorySink
 from mycroft.sinks.prometheus import PrometheusSink
-from mycroft.sinks.service import Backoff, Forwarder, _lag_groups, _parser, main
+from mycroft.sinks.service import Backoff, Forwarder, load_settings, main
 from tests.unit.samples import all_records, header
 from tests.unit.sinks.records import anomaly, root_cause
 
@@ -132,11 +134,35 @@ def test_main_rejects_bad_config(
         main(argv)
 
 
-def test_lag_groups_from_flags_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MYCROFT_SINKS__LAG_GROUPS", raising=False)
-    assert _lag_groups(_parser({}).parse_args([])) == ["mycroft-streams"]
-    monkeypatch.setenv("MYCROFT_SINKS__LAG_GROUPS", "a, b,")
-    assert _lag_groups(_parser({}).parse_args([])) == ["a", "b"]
-    args = _parser({}).parse_args(["--lag-group", "x", "--lag-group", "y"])
-    assert _lag_groups(args) == ["x", "y"]
-    assert _lag_groups(_parser({}).parse_args(["--lag-group", ""])) == []
+def test_lag_groups_from_flags_env_or_default() -> None:
+    assert load_settings([], {}).lag_group == ("mycroft-streams",)
+    env = {"MYCROFT_SINKS__LAG_GROUPS": "a, b,"}
+    assert load_settings([], env).lag_group == ("a", "b")
+    argv = ["--lag-group", "x", "--lag-group", "y"]
+    assert load_settings(argv, env).lag_group == ("x", "y")
+    assert load_settings(["--lag-group", ""], {}).lag_group == ()
+
+
+def test_settings_flag_over_env_over_file(tmp_path: Path) -> None:
+    path = tmp_path / "mycroft.toml"
+    path.write_text('[sinks]\nretries = 3\ngroup = "file"\nincident_ttl = 5\n')
+    env = {"MYCROFT_CONFIG": str(path), "MYCROFT_SINKS__GROUP": "env"}
+    s = load_settings(["--incident-ttl", "7"], env)
+    assert (s.retries, s.group, s.incident_ttl) == (3, "env", 7.0)
+    env["MYCROFT_SINKS__INCIDENT_TTL_S"] = "9"  # the older name still works
+    assert load_settings([], env).incident_ttl == 9.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "says"),
+    [
+        (["--retries", "many"], {}, "--retries='many': retries must be an integer"),
+        ([], {"MYCROFT_SINKS__JOB_END_S": "x"}, "MYCROFT_SINKS__JOB_END_S='x'"),
+        (["--job-end", "0"], {}, "--job-end must be > 0"),
+    ],
+)
+def test_bad_settings_name_their_source(
+    argv: list[str], env: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_settings(argv, env)
