@@ -53,7 +53,7 @@ EXTRAS = {
     "networkx": "streams",
     "scipy": "streams",
     "torch": "torch",
-    "matplotlib": "bench",
+    "matplotlib": "report",
     "pyinstrument": "bench",
     "tabulate": "bench",
     "testcontainers": "docker",

@@ -189,6 +189,12 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--open", action="store_true", help="only open incidents")
     show = sub.add_parser("show", parents=[common], help="one incident whole")
     show.add_argument("incident", metavar="ID", help="incident id, or a unique part")
+    show.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write DIR/index.html with figures, from the job's raw records "
+        "still on the raw topics (the 'report' extra: matplotlib)",
+    )
     fol = sub.add_parser("follow", parents=[common], help="print incidents live")
     fol.add_argument(
         "--from-beginning",
@@ -227,6 +233,10 @@ def _list(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _show(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
+    if args.report:
+        from mycroft.report import require_matplotlib  # noqa: PLC0415
+
+        require_matplotlib()
     topics = source.topics
     book = read_book(source, [topics.anomaly, topics.rootcause, topics.topology])
     found = [
@@ -245,6 +255,11 @@ def _show(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
               file=out)  # fmt: skip
     else:
         print("\n".join(card_lines(book, found[0], now, args.ttl)), file=out)
+    if args.report:
+        from mycroft.report.from_topics import write_from_topics  # noqa: PLC0415
+
+        page = write_from_topics(source, book, found[0], args.report)
+        print(f"report: {page}", file=sys.stderr)
     return 0
 
 

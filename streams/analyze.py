@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mycroft import report
 from mycroft.incident_card import culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines
 from mycroft.producers.tracefile import read_records
@@ -193,7 +194,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--world-size", type=int, default=0, help="with --flight-recorder: job ranks"
     )
+    ap.add_argument(
+        "--report",
+        metavar="DIR",
+        help="also write DIR/index.html, each incident with figures "
+        "(the 'report' extra: matplotlib)",
+    )
     args = ap.parse_args(argv)
+    if args.report:
+        if args.flight_recorder:
+            ap.error("--report reads trace files, not --flight-recorder dumps")
+        report.require_matplotlib()
     if args.flight_recorder:
         from mycroft.streams import flight_recorder  # noqa: PLC0415 (imports us)
 
@@ -203,12 +214,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("give trace files, or --flight-recorder DIR")
     anomalies: list[Anomaly] = []
     causes: dict[str, RootCause] = {}
+    reports: list[report.IncidentData] = []
     first: dict[str, int] = {}
     for path in args.paths:
         rp = Replay()
         for ts_ns, rec in read_records(path):
             rp.feed(ts_ns, rec)
         a, c = rp.finish()
+        if args.report:  # a second pass: the figures read the records again
+            records = (rec for _, rec in read_records(path))
+            reports += report.collect(records, list(c.values()), a)
         anomalies += a
         causes.update(c)
         first.update(rp.first_resolved_ns)
@@ -217,4 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
     else:
         _print_human(anomalies, causes)
+    if args.report:
+        page = report.write(args.report, reports, anomalies)
+        sys.stdout.flush()
+        print(f"report: {page}", file=sys.stderr)
     return 0

@@ -1,0 +1,73 @@
+"""An incident's report from Kafka: ``mycroft incidents show ID --report DIR``.
+
+The root cause and the anomalies it cites come from the incident book; the
+job's raw records (state, completion, topology) are read back from the raw
+topics, which keep them for their retention (a day by default), with the
+same decoding consumer, in a group of its own that commits nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from mycroft import report
+from mycroft.errors import BrokerError
+from mycroft.report.collect import Collector
+from mycroft.schemas.records import CompletionBatch, StateBatch
+
+if TYPE_CHECKING:
+    from mycroft.incident_book import Incident, IncidentBook
+    from mycroft.incidents import Source
+
+
+def read_raw(source: Source, collector: Collector) -> int:
+    """Feed the raw topics' records to ``collector``; return how many batches
+    of its job it took.
+
+    Raises:
+        BrokerError: the topics were not read to their end within the timeout.
+    """
+    topics = source.topics
+    names = source.existing([topics.topology, topics.state, topics.completion])
+    if not names:
+        return 0
+    consumer = source.consumer(names)
+    taken = 0
+    deadline = time.monotonic() + source.timeout_s
+    try:
+        while not consumer.caught_up():
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"Kafka at {source.bootstrap} did not hand out {', '.join(names)} "
+                    f"within {source.timeout_s:.0f} s; raise --timeout"
+                )
+            for _, record in consumer.poll(timeout_s=0.2, max_records=2000):
+                collector.add(record)
+                if isinstance(record, StateBatch | CompletionBatch):
+                    taken += record.header.job_id == collector.rc.job_id
+    finally:
+        consumer.close()
+    return taken
+
+
+def write_from_topics(
+    source: Source,
+    book: IncidentBook,
+    incident: Incident,
+    out_dir: str | Path,
+    err: TextIO | None = None,
+) -> Path:
+    """Write the incident's report into ``out_dir``; return the page."""
+    cited = book.cited(incident)
+    collector = Collector(incident.latest, cited)
+    if read_raw(source, collector) == 0:
+        print(
+            f"note: no raw records of job {incident.latest.job_id} on "
+            f"{source.topics.state}: past the topics' retention, or another "
+            "--topic-prefix; the progress and flow figures are empty",
+            file=err or sys.stderr,
+        )
+    return report.write(out_dir, [collector.result()], cited)
