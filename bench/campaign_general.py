@@ -131,6 +131,15 @@ SETTINGS: tuple[Setting, ...] = (
         Hardware(runahead_ops=3),
         seed_base=0,
     ),
+    Setting(
+        "gpipe-4x2x8-slots",
+        "tune",
+        4,
+        2,
+        8,
+        Hardware(counters="slots", chunk_bytes=1 << 20),
+        seed_base=0,
+    ),
     # report: 1F1B, 4-GPU hosts, TP 2, many channels, large slots, 20 ms
     # sampling, drift tens of ppm, heavy noise; seeds disjoint from tune.
     Setting(

@@ -56,6 +56,15 @@ class DetectorConfig:
         gap_floor_chunks: Smallest excess of a flow's counter gap (G-T or T-D,
             chunks) over its role's baseline worth reporting: counters move in
             whole chunks, so a one-chunk gap is granularity.
+        gap_quantile: A counter gap is out of band only above this quantile
+            of its baseline's healthy samples (times ``slow_ratio_min``):
+            credit-based counters idle at 0 between bursts of posted slots,
+            so the median and MAD alone call every burst a backlog.
+        port_flap_need: Heartbeats with port events (link downed or
+            recovered, port not active) within ``port_flap_window_s`` that
+            make a flapping NIC an anomaly: one or two retrains are routine,
+            a port that keeps failing is not.
+        port_flap_window_s: See ``port_flap_need``; a few heartbeat periods.
         history_s: Seconds of flow snapshots kept per host for RCA.
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.
@@ -89,6 +98,9 @@ class DetectorConfig:
     recur_ratio: float = 2.5
     recur_extra_s: float = 0.02
     gap_floor_chunks: float = 1.5
+    gap_quantile: float = 0.95
+    port_flap_need: int = 3
+    port_flap_window_s: float = 10.0
     history_s: float = 12.0
     incident_quiet_s: float = 5.0
     incident_max_anomalies: int = 32

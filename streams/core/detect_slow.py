@@ -20,6 +20,7 @@ from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, new_anomaly
 from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
 
@@ -194,6 +195,23 @@ def role_gap_baseline(ctx: DetectContext, comm: int, gap: str) -> RobustBaseline
     return ctx.book.get_scalar(("flow", info.role if info else "other", gap))
 
 
+def gap_floor(pool: RobustBaseline, cfg: DetectorConfig) -> float:
+    """Return the margin above ``pool``'s median that a counter gap must clear.
+
+    Gaps are small whole-chunk counts with a multi-modal healthy law: 0 while
+    a flow waits for its GPU or for credit, the burst size while granted
+    slots are on the wire. Median and MAD collapse to 0 on such samples, and
+    a healthy burst would read as a backlog; so the band also covers the
+    healthy ``gap_quantile`` of the learned samples, times ``slow_ratio_min``.
+    """
+    if not pool.ordered:
+        return cfg.gap_floor_chunks
+    ordered = pool.ordered
+    upper = ordered[min(len(ordered) - 1, int(cfg.gap_quantile * len(ordered)))]
+    med = pool.stats()[0]
+    return max(cfg.gap_floor_chunks, upper * cfg.slow_ratio_min - med)
+
+
 def block_flow_gaps(
     ctx: DetectContext, stats: Sequence[CollectiveStat]
 ) -> list[FlowGaps]:
@@ -269,24 +287,28 @@ def observe_flow_lag(
     ctx: DetectContext, stat: CollectiveStat, gaps: FlowGaps, now_ns: int
 ) -> list[Anomaly]:
     """Learn the role's G-T and T-D baselines from one op's ``gaps``; return a
-    slowdown per rank whose cross-host sends keep a T-D lag above the role's.
+    slowdown per rank whose cross-host sends keep a T-D lag above the role's
+    and above their own.
 
     Transmitted-not-done growing while G-T stays small is the network (or the
     far side) acknowledging late: congestion that may barely stretch an op.
-    Persistence is per (comm, rank): 3 of its last 5 caught ops out of band.
+    How much is in flight depends on the flow (its op sizes, its NIC's share,
+    a credit window), so a rank's lag is judged against its own history on
+    the comm as well as the role's pool, and is no evidence until that
+    history is warm. Persistence is per (comm, rank): 3 of its last 5 caught
+    ops out of both bands.
     """
     cfg = ctx.cfg
     out: list[Anomaly] = []
     for rank, (gt, td) in sorted(gaps.items()):
         role_gap_baseline(ctx, stat.comm, "gt").observe(gt, cfg, cfg.gap_floor_chunks)
         pool = role_gap_baseline(ctx, stat.comm, "td")
-        verdict = pool.observe(td, cfg, cfg.gap_floor_chunks)
-        # The pooled baseline judges; the per-rank record only keeps verdicts.
-        track = ctx.book.get_scalar((stat.comm, rank, "td"))
-        track.recent.append(verdict in (Verdict.HIGH, Verdict.SEVERE))
-        while len(track.recent) > cfg.slow_of:
-            track.recent.popleft()
-        if track.recent[-1] and track.persistent(cfg):
+        pooled = pool.observe(td, cfg, gap_floor(pool, cfg))
+        own = ctx.book.get_scalar((stat.comm, rank, "td"))
+        mine = own.observe(td, cfg, gap_floor(own, cfg))
+        high = (Verdict.HIGH, Verdict.SEVERE)
+        own.recent[-1] = pooled in high and mine in high
+        if own.recent[-1] and own.persistent(cfg):
             med = pool.stats()[0]
             out.append(
                 new_anomaly(
@@ -300,8 +322,8 @@ def observe_flow_lag(
                     now_ns,
                     f"seq {stat.seq} on comm {stat.comm:x}: rank {rank}'s sends to "
                     f"other hosts keep {td:.1f} chunks transmitted-not-done "
-                    f"(role baseline {med:.1f})",
-                    score=td / max(pool.threshold(cfg, cfg.gap_floor_chunks), 1.0),
+                    f"(its own baseline {own.stats()[0]:.1f}, role {med:.1f})",
+                    score=td / max(pool.threshold(cfg, gap_floor(pool, cfg)), 1.0),
                 )
             )
     return out

@@ -21,6 +21,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CompletionTracker, RecentStats
@@ -33,6 +34,7 @@ from mycroft.streams.core.detect import (
     detect_mismatch,
     detect_silence,
 )
+from mycroft.streams.core.detect_ports import detect_port_flaps
 from mycroft.streams.core.detect_slow import (
     Completed,
     block_flow_gaps,
@@ -241,6 +243,7 @@ class Analyzer:
             + detect_silence(self.ctx, now_ns)
             + detect_hangs(self.ctx, now_ns)
             + detect_mismatch(self.ctx, now_ns, self.tracker.signature_rows())
+            + detect_port_flaps(self.ctx, now_ns)
         )
         self._pending = []
         self.tracker.expire(now_ns, int(self.cfg.completion_timeout_s * 1e9))
@@ -459,7 +462,7 @@ _SNAPSHOT_STATS_NS = 500_000_000
 
 
 def _incident_id(a: Anomaly) -> str:
-    comm = f"{a.comms[0]:x}" if a.comms else "job"
+    comm = comm_hex(a.comms[0]) if a.comms else "job"
     return f"{a.job_id}:{a.kind.value}:{comm}:{a.onset_ns}"
 
 

@@ -6,8 +6,9 @@ heartbeat carries every NIC port's logical state and its ``link_downed`` /
 ``link_error_recovery`` counters (``Heartbeat.nics``); a counter that grew
 since the previous heartbeat, or a port not ACTIVE, is a port event of that
 NIC. Root cause reads them as evidence for the NIC end of a link suspect
-(``rca_ports``); they are never a detector on their own (a port may flap
-without hurting the job).
+(``rca_ports``). One event is not an anomaly (a port may retrain once
+without hurting the job); a port that keeps going down is
+(``detect_ports``).
 
 Times are the heartbeat's ``ts_ns`` (host clock, like the onsets they are
 compared with). The counters are 8 bits in the IB PortCounters and saturate
@@ -73,6 +74,32 @@ class PortLog:
             nic.counters[p.port] = now
             if grew or not p.up:
                 nic.events.append((ts_ns, grew, not p.up))
+
+    def newest_ns(self) -> int:
+        """Time of the newest port event of any NIC (0 when none)."""
+        newest = (n.events[-1][0] for n in self._nics.values() if n.events)
+        return max(newest, default=0)
+
+    def flapping(
+        self, now_ns: int, window_ns: int, need: int
+    ) -> list[tuple[str, str, int, int]]:
+        """Return ``(host, nic, episode start ns, heartbeats with events)`` of
+        each NIC with port events in ``need`` or more heartbeats of the last
+        ``window_ns``. An episode is a run of events less than ``window_ns``
+        apart; its start names it while it lasts."""
+        out = []
+        for (host, nic), found in sorted(self._nics.items()):
+            times = [t for t, _, _ in found.events if t <= now_ns]
+            recent = [t for t in times if t >= now_ns - window_ns]
+            if len(recent) < need:
+                continue
+            start = times[-1]
+            for t in reversed(times):
+                if start - t >= window_ns:
+                    break
+                start = t
+            out.append((host, nic, start, len(recent)))
+        return out
 
     def events(self, host: str, nic: str, since_ns: int) -> PortEvents:
         """Port events of ``nic`` on ``host`` at or after ``since_ns``."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mycroft.schemas.vocab import Component
+from mycroft.streams.core.detect_ports import nic_ranks
 from mycroft.streams.core.ports import PortEvents
 
 if TYPE_CHECKING:  # rca_hang and rca_slow call in here
@@ -76,6 +77,32 @@ def score_port_events(
             f"its port ({nic} on {host}) stayed up while rank {down[0]}'s went "
             "down: its stalled flows are the far end's outage"
         )
+
+
+def nominate_flapping_ports(
+    ctx: DetectContext, suspects: dict[int, Suspect], since_ns: int
+) -> None:
+    """Suspect the NIC of each rank behind a port that kept going down since
+    ``since_ns - PORT_LEAD_NS`` (``detect_ports``' rule), so that port
+    evidence can name a culprit that flow counters never flagged."""
+    from mycroft.streams.core.rca_hang import Suspect  # noqa: PLC0415 - import cycle
+
+    cfg = ctx.cfg
+    window_ns = int(cfg.port_flap_window_s * 1e9)
+    for host, nic, start_ns, beats in ctx.store.ports.flapping(
+        ctx.store.ports.newest_ns(), window_ns, cfg.port_flap_need
+    ):
+        if start_ns < since_ns - PORT_LEAD_NS - window_ns:
+            continue
+        for r in nic_ranks(ctx, host, nic):
+            sus = suspects.setdefault(r, Suspect(r))
+            if not any(c in sus.scores for c in DATA_PATH):
+                sus.add(
+                    Component.NIC,
+                    PORT_SCORE,
+                    f"a port of {nic} on {host} went down in {beats} recent "
+                    "heartbeats: the link keeps retraining",
+                )
 
 
 def port_failed(ctx: DetectContext, rank: int, since_ns: int) -> bool:

@@ -39,6 +39,7 @@ import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
+from mycroft.streams.core.backlog_receiver import common_receiver
 from mycroft.streams.core.baseline import size_buckets
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
@@ -46,7 +47,7 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.rca_hang import Suspect, _rank
-from mycroft.streams.core.rca_ports import score_port_events
+from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 
 K = TypeVar("K")
@@ -274,6 +275,7 @@ def explain_slowdown(
     flows = flow_features(hist)
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
+    nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)
     mem = Members(stats)
     spans = mem.span()
@@ -598,6 +600,15 @@ def _score_backlog(
     backlog: list[LinkFlag],
 ) -> None:
     topo = ctx.topo
+    if (rx := common_receiver(topo, backlog)) is not None:
+        suspects.setdefault(rx.rank, Suspect(rx.rank)).add(
+            Component.PCIE,
+            _link_score(rx.flows),
+            f"{rx.flows} flows into rank {rx.rank} from {rx.senders} NICs hold "
+            f"{rx.share:.0%} of the ready-not-sent backlog (G-T) while its NIC "
+            "mates receive normally: its receive path (PCIe) does not drain",
+        )
+        return
     nics = _weights(backlog, topo.nic_key)
     most = max(n for n, _, _ in nics.values())
     senders_all = {topo.nic_key(f.rank) for f, _ in backlog}

@@ -82,7 +82,9 @@ def test_td_detector_fires_on_a_persistent_lag_only():
     ctx = _ctx()
     healthy = [a for seq in range(12) for a in _td(_run_op(ctx, DP[1], seq, {}))]
     assert not healthy  # one chunk of granularity is not a lag
-    lagged = [_td(_run_op(ctx, DP[1], seq, {5: 4})) for seq in range(12, 16)]
+    # Healthy gaps jitter 0-1 chunk: the band (median + 6 sigma, its own and
+    # the role's) ends near 5 chunks, so a lag of 8 is out of both.
+    lagged = [_td(_run_op(ctx, DP[1], seq, {5: 8})) for seq in range(12, 16)]
     assert not lagged[0] and not lagged[1]  # persistence: 3 of the last 5
     assert [a.ranks for a in lagged[2]] == [(5,)]
     # The pooled role baseline warmed on the healthy ops and did not learn the lag.
@@ -341,3 +343,34 @@ def test_a_receiver_waits_on_a_transfer_not_completed_yet():
     # A joined op is read from its completion, not from the snapshots.
     late = [_p2p(5, 9_990 * MS, 10_500 * MS)]
     assert not _waited_on_transfers([frozen], late, there)
+
+
+def test_td_bursts_of_granted_slots_are_not_a_lag():
+    """Credit-based counters: a healthy flow shows T-D = 0 while it waits for
+    credit, and a burst of 3 posted slots while they are on the wire (median
+    and MAD of such samples are 0). The bursts are healthy, a lag well beyond
+    them still fires."""
+    ctx = _ctx()
+    idle = dict.fromkeys(_members(DP[1]), 0)
+    healthy = [
+        a
+        for seq in range(40)
+        for a in _td(_run_op(ctx, DP[1], seq, idle | ({5: 3} if seq % 4 else {})))
+    ]
+    assert not healthy
+    lagged = [_td(_run_op(ctx, DP[1], seq, idle | {5: 12})) for seq in range(40, 43)]
+    assert [a.ranks for a in lagged[2]] == [(5,)]
+
+
+def test_backlog_into_one_gpu_over_many_nics_is_its_pcie_not_the_network():
+    """Most of the backlog's excess drains into rank 6 from three hosts;
+    smaller backlogs between other hosts ride on the slow ring behind it.
+    The flagged flows touch many NICs, none on half of them, yet one GPU
+    receives most of the excess and its NIC mate none."""
+    ctx = _ctx()
+    _warm(ctx)
+    into_6 = [_flow(src, 6, 6.0) for src in (0, 8, 12)]
+    others = [_flow(s, d, 2.0) for s, d in ((1, 9), (2, 10), (3, 15), (13, 1), (14, 2))]
+    suspects: dict[int, Suspect] = {}
+    _score_links(ctx, suspects, _healthy_flows() + into_6 + others)
+    assert _best(suspects)[:2] == (6, Component.PCIE)

@@ -15,11 +15,16 @@ from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.detect_ports import detect_port_flaps
 from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.ports import PortEvents, PortLog
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import Suspect
-from mycroft.streams.core.rca_ports import PORT_LEAD_NS, score_port_events
+from mycroft.streams.core.rca_ports import (
+    PORT_LEAD_NS,
+    nominate_flapping_ports,
+    score_port_events,
+)
 from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.two_stage import TwoStageReplay
 
@@ -172,3 +177,59 @@ def test_a_port_heard_late_overturns_a_confident_far_end_answer():
 
 def _on_rank(c: Culprit, rank: int) -> Culprit:
     return dataclasses.replace(c, rank=rank, host=f"h{rank // 2}")
+
+
+def _flaps(log: PortLog, beats: list[int], *, host: str = "h0") -> None:
+    """One heartbeat a second from 1 s; at each of ``beats`` the port's
+    link_downed counter grew by one since the heartbeat before."""
+    downed = 0
+    for t in range(1, max(beats) + 2):
+        downed += t in beats
+        log.observe(host, t * S, [_port(downed)])
+
+
+def test_a_port_that_keeps_going_down_is_flapping_one_retrain_is_not():
+    cfg = DetectorConfig()
+    window = int(cfg.port_flap_window_s * S)
+    once, thrice = PortLog(), PortLog()
+    _flaps(once, [3])
+    _flaps(thrice, [3, 4, 6])
+    assert once.flapping(8 * S, window, cfg.port_flap_need) == []
+    assert thrice.flapping(8 * S, window, cfg.port_flap_need) == [
+        ("h0", "mlx5_0", 3 * S, 3)
+    ]
+    # The episode ends once the window holds too few events again.
+    assert thrice.flapping(20 * S, window, cfg.port_flap_need) == []
+
+
+def test_a_flapping_port_is_an_anomaly_of_its_ranks_and_names_their_nic():
+    """Port counters alone: no flow flagged anything, yet the NIC whose port
+    keeps retraining is detected and named, and a NIC no rank uses is not."""
+    ctx = _ctx()
+    _flaps(ctx.store.ports, [3, 4, 5, 6])
+    _flaps(ctx.store.ports, [3, 4, 5, 6], host="storage0")
+    (found,) = detect_port_flaps(ctx, 7 * S)
+    assert (found.kind, found.ranks, found.onset_ns) == (
+        FaultKind.SLOWDOWN,
+        (0, 1),
+        3 * S,
+    )
+    suspects: dict[int, Suspect] = {}
+    nominate_flapping_ports(ctx, suspects, 3 * S)
+    score_port_events(ctx, suspects, 3 * S)
+    assert sorted(suspects) == [0, 1]
+    assert {s.best[0] for s in suspects.values()} == {Component.NIC}
+
+
+def test_a_port_flap_fault_is_named_as_the_nic_from_a_simulated_job():
+    cfg = SimConfig(tp=8, pp=2, dp=4, duration_s=16.0, seed=3, job_id="sim")
+    writer = ListWriter()
+    simulate(cfg, [parse_spec("port-flap:rank=9,at=5,severity=0.1")], writer)
+    _, causes = single_stage(writer.records)
+    (cause,) = causes.values()
+    best = cause.culprits[0]
+    assert (best.rank in (8, 9), best.component, cause.kind) == (
+        True,
+        Component.NIC,
+        FaultKind.SLOWDOWN,
+    )
