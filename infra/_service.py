@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any, ClassVar, Protocol, Self
 
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
+from mycroft.logs import setup_logging
 
 
 class LocalService(ABC):
@@ -233,9 +233,7 @@ def run_cli(
     a :class:`MycroftError` becomes ``error: ...`` and exit code 1."""
     args = parser.parse_args(argv)
     args.dir = args.dir.resolve()
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging()
     try:
         return handler(args)
     except MycroftError as exc:

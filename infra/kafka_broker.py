@@ -4,9 +4,9 @@ The jars are resolved once with Maven into a cache folder; each :class:`KafkaBro
 formats its own work folder and runs ``kafka.Kafka`` on two free loopback ports.
 Tests use it through ``tests/conftest.py``; CI and humans use the CLI::
 
-    python -m mycroft.infra.kafka_broker fetch
-    python -m mycroft.infra.kafka_broker start --dir .cache/broker  # prints bootstrap
-    python -m mycroft.infra.kafka_broker stop --dir .cache/broker
+    mycroft broker fetch
+    mycroft broker start   # prints the bootstrap; in $XDG_STATE_HOME/mycroft/broker
+    mycroft broker stop
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -28,16 +29,17 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import add_flags, load, setting, state_dir
 from mycroft.errors import BrokerError, ConfigError, MycroftError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra._kafka_props import check_bootstrap
 from mycroft.infra._service import LocalService
+from mycroft.logs import setup_logging
 
 __all__ = ["KafkaBroker", "check_bootstrap", "default_cache_dir", "fetch_jars", "main"]
 
 logger = logging.getLogger(__name__)
-
-LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
 def _resource_text(name: str) -> str:
@@ -246,93 +248,114 @@ class KafkaBroker(LocalService):
         self._admin = None  # first, so librdkafka does not retry a dying broker
 
 
-def _cmd_start(args: argparse.Namespace) -> int:
-    state = kp.read_state(args.dir)
-    if kp.live_pid(state, args.dir) is not None:
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What ``mycroft broker`` needs (section ``broker`` of :mod:`mycroft.config`)."""
+
+    dir: str = setting(
+        "",
+        "broker work folder",
+        env=("MYCROFT_BROKER_DIR",),
+        shown="$XDG_STATE_HOME/mycroft/broker",
+        metavar="DIR",
+    )
+    heap_mb: int = setting(512, "JVM max heap, MiB", env=("MYCROFT_BROKER_HEAP_MB",))
+    timeout: float = setting(120.0, "seconds to wait for the broker", metavar="S")
+    secure: bool = setting(
+        False,
+        "SASL_SSL listener, SCRAM users and ACLs (infra/SECURITY.md); client "
+        "security files in DIR/clients/",
+    )
+    topic_prefix: str = setting("", "with --secure: topic prefix of the ACLs")
+
+    @property
+    def path(self) -> Path:
+        """The work folder, absolute."""
+        return (Path(self.dir) if self.dir else state_dir() / "broker").resolve()
+
+
+def _cmd_start(s: BrokerSettings) -> int:
+    work = s.path
+    state = kp.read_state(work)
+    if kp.live_pid(state, work) is not None:
         print(state["bootstrap"])
         return 0
+    work.mkdir(parents=True, exist_ok=True)
     secure = None
-    if args.secure:
+    if s.secure:
         from mycroft.infra.kafka_security import cli_broker  # noqa: PLC0415 (a cycle)
 
-        secure = cli_broker(args.dir, args.topic_prefix, args.heap_mb)
-    broker = secure or KafkaBroker(args.dir, heap_mb=args.heap_mb)
-    bootstrap = broker.start(args.timeout, detach=True)
+        secure = cli_broker(work, s.topic_prefix, s.heap_mb)
+    broker = secure or KafkaBroker(work, heap_mb=s.heap_mb)
+    bootstrap = broker.start(s.timeout, detach=True)
     log = str(broker.log_path)
     record: dict[str, object] = {
         "pid": broker.pid, "bootstrap": bootstrap, "log_path": log,
     }  # fmt: skip
     if secure is not None:
-        secure.write_clients(args.dir / "clients")
-        record["clients"] = str(args.dir / "clients")
-    (args.dir / kp.STATE_NAME).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
+        secure.write_clients(work / "clients")
+        record["clients"] = str(work / "clients")
+    (work / kp.STATE_NAME).write_text(json.dumps(record, indent=2) + "\n", "utf-8")
     print(bootstrap)
     return 0
 
 
-def _cmd_stop(args: argparse.Namespace) -> int:
-    pid = kp.live_pid(kp.read_state(args.dir), args.dir)
+def _cmd_stop(s: BrokerSettings) -> int:
+    work = s.path
+    pid = kp.live_pid(kp.read_state(work), work)
     if pid is not None:
-        kp.stop_pid(pid, args.dir, args.timeout)
+        kp.stop_pid(pid, work, s.timeout)
         logger.info("stopped Kafka broker pid %d", pid)
-    (args.dir / kp.STATE_NAME).unlink(missing_ok=True)
+    (work / kp.STATE_NAME).unlink(missing_ok=True)
     return 0
 
 
-def _cmd_status(args: argparse.Namespace) -> int:
-    state = kp.read_state(args.dir)
-    pid = kp.live_pid(state, args.dir)
+def _cmd_status(s: BrokerSettings) -> int:
+    state = kp.read_state(s.path)
+    pid = kp.live_pid(state, s.path)
     rss = None if pid is None else kp.vmrss_bytes(pid)
     print(json.dumps({**state, "running": pid is not None, "rss_bytes": rss}, indent=2))
     return 0 if pid is not None else 1
 
 
-def _cmd_fetch(args: argparse.Namespace) -> int:
+def _cmd_fetch(s: BrokerSettings) -> int:
     print(fetch_jars())
     return 0
 
 
-def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mycroft.infra.kafka_broker",
-        description="Fetch, start, stop or inspect a local single-node Kafka broker.",
+_COMMANDS = {
+    "fetch": (_cmd_fetch, "resolve the broker's jars from Maven Central once", ()),
+    "start": (
+        _cmd_start,
+        "start a broker left running (or print the running one's bootstrap)",
+        ("dir", "heap_mb", "timeout", "secure", "topic_prefix"),
+    ),
+    "stop": (_cmd_stop, "stop the broker of the work folder", ("dir", "timeout")),
+    "status": (_cmd_status, "print the broker's pid, bootstrap and memory", ("dir",)),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = mycroft_parser(
+        "broker",
+        "Fetch, start, stop or inspect a local single-node Kafka broker (KRaft, "
+        "Apache Kafka's jars from Maven Central) for trying Mycroft; production "
+        "runs on the cluster's own Kafka.",
     )
-    parser.add_argument("command", choices=["fetch", "start", "stop", "status"])
-    default_dir = env.get("MYCROFT_BROKER_DIR", ".cache/broker")
-    parser.add_argument(
-        "--dir", type=Path, default=Path(default_dir),
-        help="broker work folder (env MYCROFT_BROKER_DIR; default .cache/broker)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--heap-mb", type=int, default=int(env.get("MYCROFT_BROKER_HEAP_MB", "512")),
-        help="JVM max heap in MiB (env MYCROFT_BROKER_HEAP_MB; default 512)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait (default 120)"
-    )
-    parser.add_argument(
-        "--secure", action="store_true",
-        help="start: SASL_SSL listener, SCRAM users and ACLs (infra/SECURITY.md); "
-        "client security files in DIR/clients/",
-    )  # fmt: skip
-    parser.add_argument(
-        "--topic-prefix", default="", help="with --secure: topic prefix of the ACLs"
-    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, doc, only) in _COMMANDS.items():
+        cmd = sub.add_parser(name, help=doc, description=doc[0].upper() + doc[1:] + ".")
+        add_flags(cmd, BrokerSettings, "broker", only=only)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fetch``, ``start``, ``stop`` or ``status``; return the exit code."""
-    args = _parser(os.environ).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
-    commands = {
-        "fetch": _cmd_fetch,
-        "start": _cmd_start,
-        "stop": _cmd_stop,
-        "status": _cmd_status,
-    }
+    flags = vars(_parser().parse_args(argv))
+    settings = load(BrokerSettings, "broker", flags)
+    setup_logging()
     try:
-        return commands[args.command](args)
+        return _COMMANDS[flags["command"]][0](settings)
     except MycroftError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -8,9 +8,9 @@ ports. OpenSearch refuses to run as root, so as root it runs as a system user
 (``ostest``; created with ``useradd`` when absent) that owns the work folder.
 Java 17 is enough: 3.x would need Java 21. CLI::
 
-    python -m mycroft.infra.opensearch fetch
-    python -m mycroft.infra.opensearch start --dir .cache/opensearch-run  # prints URL
-    python -m mycroft.infra.opensearch stop --dir .cache/opensearch-run
+    mycroft opensearch fetch
+    mycroft opensearch start   # prints the URL
+    mycroft opensearch stop
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import state_dir
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra._service import DetachedCli, LocalService, run_cli
@@ -270,11 +272,40 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``fetch``, ``start`` or ``stop`` a local OpenSearch; return the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m mycroft.infra.opensearch")
-    parser.add_argument("command", choices=["fetch", "start", "stop"])
-    parser.add_argument("--dir", type=Path, default=Path(".cache/opensearch-run"))
-    parser.add_argument("--heap-mb", type=int, default=512)
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser = mycroft_parser(
+        "opensearch",
+        "Fetch, start or stop a local single-node OpenSearch (plain HTTP, no "
+        "auth) left running between commands: for trying 'mycroft sinks "
+        "--opensearch-url'.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--dir",
+        type=Path,
+        default=state_dir() / "opensearch",
+        help="work folder: config, data, logs, pid",
+    )
+    common.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
+    sub.add_parser(
+        "fetch",
+        parents=[common],
+        help="download and unpack the distribution once",
+        description="Download and unpack the distribution once.",
+    )
+    start = sub.add_parser(
+        "start",
+        parents=[common],
+        help="start it (or print the running one's URL)",
+        description="Start it (or print the running one's URL).",
+    )
+    start.add_argument("--heap-mb", type=int, default=512, help="JVM max heap, MiB")
+    sub.add_parser(
+        "stop",
+        parents=[common],
+        help="stop the one of --dir",
+        description="Stop the one of --dir.",
+    )
     return run_cli(parser, _cmd, argv)
 
 

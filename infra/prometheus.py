@@ -6,9 +6,9 @@ prometheus``; the package's own systemd service is not used. Each
 a free loopback port. The first scrape shows in queries only ~5 s after start
 (target sync ticks), so wait with :meth:`PrometheusServer.wait_for_target`. CLI::
 
-    python -m mycroft.infra.prometheus start --dir .cache/prom --target 127.0.0.1:9464 \
+    mycroft prometheus start --target 127.0.0.1:9464 \
         [--rules infra/prometheus/mycroft-alerts.yml --alertmanager 127.0.0.1:9093]
-    python -m mycroft.infra.prometheus stop --dir .cache/prom
+    mycroft prometheus stop
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mycroft.cli_parser import mycroft_parser
+from mycroft.config import state_dir
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra._service import DetachedCli, LocalService, run_cli
@@ -239,24 +241,52 @@ CLI = DetachedCli(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``start`` or ``stop`` a local Prometheus; return the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m mycroft.infra.prometheus")
-    parser.add_argument("command", choices=["start", "stop"])
-    parser.add_argument("--dir", type=Path, default=Path(".cache/prometheus-run"))
-    parser.add_argument("--target", action="append", default=[], help="host:port")
-    parser.add_argument(
+    parser = mycroft_parser(
+        "prometheus",
+        "Start or stop a local Prometheus (Debian's package) that scrapes the "
+        "given targets every second, left running between commands: for "
+        "trying the dashboards and alerting rules against 'mycroft sinks'.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--dir",
+        type=Path,
+        default=state_dir() / "prometheus",
+        help="work folder: config, TSDB, pid",
+    )
+    common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait")
+    start = sub.add_parser(
+        "start",
+        parents=[common],
+        help="start it (or print the running one's URL)",
+        description="Start it (or print the running one's URL).",
+    )
+    start.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="host:port to scrape, repeatable",
+    )
+    start.add_argument(
         "--rules",
         action="append",
         default=[],
         type=Path,
         help="rule file, e.g. infra/prometheus/mycroft-alerts.yml",
     )
-    parser.add_argument(
+    start.add_argument(
         "--alertmanager",
         action="append",
         default=[],
         help="host:port of an Alertmanager to send alerts to",
     )
-    parser.add_argument("--timeout", type=float, default=30.0)
+    sub.add_parser(
+        "stop",
+        parents=[common],
+        help="stop the one of --dir",
+        description="Stop the one of --dir.",
+    )
     return run_cli(parser, CLI.run, argv)
 
 

@@ -28,7 +28,7 @@ import os
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -122,8 +122,10 @@ def add_flags(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type[Any],
     section: str,
+    only: Sequence[str] | None = None,
 ) -> None:
-    """One flag per setting of ``cls``, each with its default and variable.
+    """One flag per setting of ``cls`` (those named in ``only``, if given),
+    each with its default and variables.
 
     A flag not given is absent from the parsed namespace, so :func:`load`
     tells it from one given with the default's value.
@@ -131,7 +133,7 @@ def add_flags(
     hints = typing.get_type_hints(cls)
     for f in _settings(cls):
         meta = f.metadata["mycroft"]
-        if not meta["flag"]:
+        if not meta["flag"] or (only is not None and f.name not in only):
             continue
         kind = hints[f.name]
         help_text = (

@@ -171,8 +171,8 @@ def test_help_shows_no_secret(capsys: pytest.CaptureFixture[str]) -> None:
     texts = []
     for show in (
         lambda: load_settings(["--help"], env),
-        lambda: parse_settings(["--help"], env),
-        lambda: sinks_service._parser(env).parse_args(["--help"]),
+        lambda: parse_settings(["worker", "--help"], env),
+        lambda: sinks_service.load_settings(["--help"], env),
     ):
         with pytest.raises(SystemExit):
             show()
