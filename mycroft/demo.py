@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mycroft.incident_console import Console
+from mycroft.cli_parser import mycroft_parser
 from mycroft.incident_text import culprit_text
 from mycroft.kafka_client import DecodingConsumer, create_topics
 from mycroft.schemas.records import RootCause
@@ -36,10 +37,12 @@ MAX_ANOMALY_LINES = 6
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="mycroft demo",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = mycroft_parser(
+        "demo",
+        "Run the whole pipeline live on this machine: a local Kafka broker (or "
+        "--bootstrap), a stream worker, and a simulated training job with one "
+        "injected fault; print the anomalies and root causes as they arrive, "
+        "then what was injected next to what Mycroft found.",
     )
     p.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     p.add_argument(

@@ -32,6 +32,7 @@ from typing import IO
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from mycroft.cli_parser import mycroft_parser
 from mycroft.errors import BrokerError, ConfigError, InputError
 from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
@@ -138,6 +139,14 @@ def follow(
         consumer.close()
 
 
+DESCRIPTION = (
+    "The incidents Mycroft found, read back from Kafka with a consumer group "
+    "that commits nothing: list them, show one whole, or follow them live. An "
+    "incident is open while its latest revision is younger than --ttl seconds; "
+    "--json prints one document (list, show) or one object per line (follow)."
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     env = os.environ
     common = argparse.ArgumentParser(add_help=False)
@@ -172,13 +181,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     add("--json", action="store_true", help="machine-readable output")
     add_security_flags(common, "MYCROFT_")
-    p = argparse.ArgumentParser(
-        prog="mycroft incidents",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = mycroft_parser("incidents", DESCRIPTION)
     sub = p.add_subparsers(dest="action", required=True)
-    ls = sub.add_parser("list", parents=[common], help="open and recent incidents")
+    ls = sub.add_parser(
+        "list",
+        parents=[common],
+        help="open and recent incidents",
+        description="List the open incidents and those revised in the last "
+        "--since seconds, oldest first.",
+    )
     ls.add_argument(
         "--since",
         type=float,
@@ -187,7 +198,13 @@ def _parser() -> argparse.ArgumentParser:
         help="also list incidents revised in the last SECONDS (default 86400)",
     )
     ls.add_argument("--open", action="store_true", help="only open incidents")
-    show = sub.add_parser("show", parents=[common], help="one incident whole")
+    show = sub.add_parser(
+        "show",
+        parents=[common],
+        help="one incident whole",
+        description="Print one incident whole: culprit and where it sits, "
+        "component, fault, confidence, evidence, latencies, anomalies, revisions.",
+    )
     show.add_argument("incident", metavar="ID", help="incident id, or a unique part")
     show.add_argument(
         "--report",
@@ -195,7 +212,14 @@ def _parser() -> argparse.ArgumentParser:
         help="also write DIR/index.html with figures, from the job's raw records "
         "still on the raw topics (the 'report' extra: matplotlib)",
     )
-    fol = sub.add_parser("follow", parents=[common], help="print incidents live")
+    fol = sub.add_parser(
+        "follow",
+        parents=[common],
+        help="print incidents live",
+        description="Print each new incident, each revision and each anomaly as "
+        "it arrives, after reading what is already on the topics silently; "
+        "Ctrl-C stops it.",
+    )
     fol.add_argument(
         "--from-beginning",
         action="store_true",

@@ -7,11 +7,12 @@ directory. Point NCCL at it with ``NCCL_PROFILER_PLUGIN=$(mycroft nccl-plugin pa
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from mycroft.cli_parser import mycroft_parser
 
 LIBRARY = "libnccl-profiler-mycroft.so"
 SOURCE_DIR = Path(__file__).resolve().parent / "nccl"
@@ -41,12 +42,18 @@ def plugin_path() -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``mycroft nccl-plugin path``: print the built plugin's path."""
-    parser = argparse.ArgumentParser(
-        prog="mycroft nccl-plugin", description="Mycroft's NCCL profiler plugin."
+    parser = mycroft_parser(
+        "nccl-plugin",
+        "Mycroft's NCCL profiler plugin: a shared library NCCL loads "
+        "(NCCL_PROFILER_PLUGIN=PATH) that writes each flow's progress to the "
+        "trace ring the node agent drains.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser(
-        "path", help="print the built plugin (the value for NCCL_PROFILER_PLUGIN)"
+        "path",
+        help="print the built plugin (the value for NCCL_PROFILER_PLUGIN)",
+        description="Print the built plugin's path, the value for "
+        "NCCL_PROFILER_PLUGIN.",
     )
     parser.parse_args(argv)
     try:

@@ -24,6 +24,7 @@ from mycroft.errors import ConfigError, MycroftError
 from mycroft.producers.sim.config import SimConfig, from_ranks
 from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import FAULTS, parse_spec
+from mycroft.cli_parser import mycroft_parser
 from mycroft.producers.tracefile import RecordWriter, TraceFileWriter
 from mycroft.schemas.records import Record
 
@@ -87,9 +88,11 @@ class KafkaWriter:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``mycroft simulate``."""
-    p = argparse.ArgumentParser(
-        prog="mycroft simulate",
-        description="Simulate an LLM training job's collectives, with labelled faults.",
+    p = mycroft_parser(
+        "simulate",
+        "Simulate an LLM training job's collectives on a modelled cluster, with "
+        "labelled faults: to a trace file (virtual time, fast) or live to "
+        "Kafka, with the injected faults written to a ground-truth file.",
         epilog="faults: "
         + ", ".join(FAULTS)
         + ". SPEC is NAME[:key=value,...] with keys rank, peer, host, at (s), "
