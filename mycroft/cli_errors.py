@@ -39,6 +39,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1  # it ran and failed; or an unexpected error (see --debug)
     USAGE = 2  # unknown command, bad or missing flag, flags that do not combine
+    ROOT_CAUSE = 3  # mycroft analyze: a root cause names a culprit
     INPUT = 4  # a path missing or unusable, a file not what the command reads
     UNAVAILABLE = 5  # Kafka, Prometheus or OpenSearch cannot be reached
     MISSING_EXTRA = 6  # an optional dependency is not installed

@@ -4,7 +4,8 @@
 2. starts a Faust stream worker (``mycroft streams worker``);
 3. runs a simulated training job live into Kafka with one injected fault;
 4. prints anomalies and root causes as they arrive on their topics, through
-   the console of ``mycroft incidents follow``.
+   the console of ``mycroft incidents follow``, each at its ISO-8601 time and
+   the seconds since the demo launched the job (``(+12.345 s)``).
 
 The injected fault's label is read only here, after the fact, to print what
 was injected next to what Mycroft found; the pipeline never sees it.
@@ -24,11 +25,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any
 
-from mycroft.incident_console import Console
 from mycroft.cli_parser import mycroft_parser
+from mycroft.incident_console import Console
 from mycroft.incident_text import culprit_text
 from mycroft.kafka_client import DecodingConsumer, create_topics
 from mycroft.schemas.records import RootCause
+from mycroft.schemas.text import when
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet
@@ -82,13 +84,13 @@ def _stop(proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
 
 
 def _watch(
-    consumer: DecodingConsumer, sim: subprocess.Popen[str], start_s: float, out: IO[str]
+    consumer: DecodingConsumer, sim: subprocess.Popen[str], start_ns: int, out: IO[str]
 ) -> list[RootCause]:
     """Print anomalies and root causes live until the simulation ended (+5 s)."""
     console = Console(
         out,
         max_anomalies=MAX_ANOMALY_LINES,
-        stamp=lambda ns: f"t={ns / 1e9 - start_s:6.1f}s",
+        stamp=lambda ns: when(ns, start_ns),
     )
     console.start()
     grace_end: float | None = None
@@ -106,13 +108,14 @@ def _watch(
     return [inc.latest for inc in console.book.incidents.values()]
 
 
-def _summary(truth_path: Path, found: list[RootCause]) -> str:
+def _summary(truth_path: Path, found: list[RootCause], start_ns: int) -> str:
     truth: dict[str, Any] = json.loads(truth_path.read_text())
     lines = ["", "injected (ground truth, shown only for comparison):"]
     for f in truth["faults"]:
+        onset = when(round(f["onset_s"] * 1e9), start_ns)
         lines.append(
             f"  {f['fault']}: rank {f['rank']}, component {f['component']}, "
-            f"kind {f['kind']}, at t={f['at_s']:.1f}s"
+            f"kind {f['kind']}, at {onset}"
         )
     if not found:
         lines.append("Mycroft found no root cause.")
@@ -124,8 +127,8 @@ def _summary(truth_path: Path, found: list[RootCause]) -> str:
         best = rc.culprits[0]
         lines.append(
             f"  {rc.kind.value}: {culprit_text(best)}"
-            f" (detected {rc.detection_latency_s:.1f}s after onset, "
-            f"root cause {rc.rca_latency_s:.1f}s later)"
+            f" (detected {rc.detection_latency_s:.2f} s after onset, "
+            f"root cause {rc.rca_latency_s:.2f} s later)"
         )
     return "\n".join(lines)
 
@@ -197,18 +200,18 @@ def run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
             workdir / "simulate.log",
         )
         stack.callback(_stop, sim)
-        start_s = time.time()
+        start_ns = time.time_ns()
         print(
             f"simulating {args.ranks} ranks (tp={args.tp} pp={args.pp} dp={args.dp}) "
             f"for {args.duration:.0f}s with fault {args.fault!r} ...",
             file=out,
             flush=True,
         )
-        found = _watch(consumer, sim, start_s, out)
+        found = _watch(consumer, sim, start_ns, out)
         if sim.returncode != 0:
             print((workdir / "simulate.log").read_text()[-2000:], file=out)
             return 1
-        print(_summary(truth, found), file=out, flush=True)
+        print(_summary(truth, found, start_ns), file=out, flush=True)
         return 0 if found else 1
 
 

@@ -4,7 +4,9 @@ The card leads with the culprit (what is blamed, where it sits: host, GPU,
 NIC or link), then the component, fault kind and confidence, the other
 suspects, the evidence chain (upstream last), the latencies, the anomalies it
 explains and every revision. The JSON document holds the same, with times as
-Unix seconds and ISO-8601 strings; culprits have the keys of a
+Unix seconds (``*_s``) and ISO-8601 strings (``*_at``) and comm ids as numbers
+(``comms``, ``comm``) and as the text writes them (``comms_hex``,
+``comm_hex``: ``0x`` and 16 hex digits); culprits have the keys of a
 ``mycroft analyze --json`` root-cause row.
 """
 
@@ -14,7 +16,8 @@ from typing import Any
 
 from mycroft.incident_book import Incident, IncidentBook
 from mycroft.incident_text import anomaly_line, culprit_line, culprit_text, iso
-from mycroft.schemas.records import Anomaly, Culprit, RootCause
+from mycroft.schemas.records import Anomaly, Culprit, Evidence, RootCause
+from mycroft.schemas.text import comm_hex
 
 
 def _where(book: IncidentBook, job_id: str, c: Culprit) -> str:
@@ -114,12 +117,25 @@ def anomaly_json(a: Anomaly) -> dict[str, Any]:
         "kind": a.kind.value,
         "detector": a.detector,
         "comms": list(a.comms),
+        "comms_hex": [comm_hex(c) for c in a.comms],
         "ranks": list(a.ranks),
         "onset_s": a.onset_ns / 1e9,
         "detected_at_s": a.detected_ns / 1e9,
+        "onset_at": iso(a.onset_ns),
         "detected_at": iso(a.detected_ns),
         "summary": a.summary,
         "score": a.score,
+    }
+
+
+def evidence_json(e: Evidence) -> dict[str, Any]:
+    """One step of the evidence chain."""
+    return {
+        "fact": e.fact,
+        "rank": e.rank,
+        "comm": e.comm,
+        "comm_hex": None if e.comm is None else comm_hex(e.comm),
+        "op_seq": e.op_seq,
     }
 
 
@@ -139,10 +155,7 @@ def revision_json(rc: RootCause) -> dict[str, Any]:
         "detection_latency_s": rc.detection_latency_s,
         "rca_latency_s": rc.rca_latency_s,
         "culprits": [culprit_json(c) for c in rc.culprits],
-        "evidence": [
-            {"fact": e.fact, "rank": e.rank, "comm": e.comm, "op_seq": e.op_seq}
-            for e in rc.evidence
-        ],
+        "evidence": [evidence_json(e) for e in rc.evidence],
         "anomaly_ids": list(rc.anomaly_ids),
     }
 

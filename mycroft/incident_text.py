@@ -2,26 +2,32 @@
 
 ``mycroft analyze``, ``mycroft incidents`` and ``mycroft demo`` print through
 these functions, so an incident reads the same offline, on the console and
-in the demo. Times are ISO-8601 UTC; comm ids are not printed in text.
+in the demo. Times are ISO-8601 UTC to the millisecond, followed by the
+seconds since the job's first record where the command knows it
+(``2026-01-01T00:00:07.800Z (+7.800 s)``); comm ids are ``0x`` and 16 hex
+digits (:mod:`mycroft.schemas.text`).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from mycroft.schemas.records import Anomaly, Culprit, RootCause
+from mycroft.schemas.text import iso, when
+
+__all__ = [
+    "LIVE_EVIDENCE",
+    "anomaly_line",
+    "culprit_line",
+    "culprit_text",
+    "detector_text",
+    "flow_text",
+    "incident_lines",
+    "iso",
+    "live_lines",
+    "when",
+]
 
 LIVE_EVIDENCE = 4
 """Evidence lines under a root cause on a live console."""
-
-_LIVE_PAD = " " * 15
-
-
-def iso(ns: int) -> str:
-    """``2026-12-03T05:50:01.250Z`` for a Unix time in ns."""
-    moment = datetime.fromtimestamp(ns / 1e9, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
 
 def flow_text(c: Culprit) -> str:
     """`` flow 3 -> 4 ch1`` when the culprit names a flow its subject does not."""
@@ -41,16 +47,29 @@ def culprit_line(c: Culprit) -> str:
     return f"{culprit_text(c)} {c.reason}".rstrip()
 
 
-def anomaly_line(a: Anomaly) -> str:
-    """``[2026-...Z] hang     hang: op 5 stuck`` (detection time)."""
-    return f"[{iso(a.detected_ns)}] {a.kind.value:<8} {a.detector}: {a.summary}"
+def detector_text(a: Anomaly) -> str:
+    """``hang``, or ``slowdown (slow_xfer)`` when the detector is not the kind."""
+    kind = a.kind.value
+    return kind if a.detector == kind else f"{kind} ({a.detector})"
 
 
-def incident_lines(rc: RootCause, max_evidence: int = 8) -> list[str]:
+def anomaly_line(a: Anomaly, start_ns: int | None = None) -> str:
+    """``2026-...Z (+7.800 s)  hang: comm 0x... made no progress ...``.
+
+    The time is the detection's; ``start_ns``, the job's first record, adds
+    the seconds since it.
+    """
+    return f"{when(a.detected_ns, start_ns)}  {detector_text(a)}: {a.summary}"
+
+
+def incident_lines(
+    rc: RootCause, max_evidence: int = 8, start_ns: int | None = None
+) -> list[str]:
     """An incident's latest revision: headline, every culprit, the evidence."""
     lines = [
-        f"incident {rc.incident_id} (rev {rc.revision}): {rc.kind.value}, "
-        f"detected {rc.detection_latency_s:.2f} s after onset"
+        f"incident {rc.incident_id} (rev {rc.revision}): {rc.kind.value} since "
+        f"{when(rc.onset_ns, start_ns)}, detected {rc.detection_latency_s:.2f} s "
+        f"after onset, root cause {rc.rca_latency_s:.2f} s later"
     ]
     lines += [f"  {culprit_line(c)}" for c in rc.culprits]
     lines += [f"    - {e.fact}" for e in rc.evidence[:max_evidence]]
@@ -60,18 +79,19 @@ def incident_lines(rc: RootCause, max_evidence: int = 8) -> list[str]:
 def live_lines(record: Anomaly | RootCause, stamp: str, change: str = "") -> list[str]:
     """What a live console prints for one arriving record.
 
-    ``stamp`` says when (``t=  12.3s`` in the demo, a time of day when
-    following); ``change`` (``culprit was rank 3 on host-0``) follows a
-    revision's headline.
+    ``stamp`` says when (:func:`when` of the record's time); ``change``
+    (``culprit was rank 3 on host-0``) follows a revision's headline. The
+    lines under a root cause line up after the stamp.
     """
     if isinstance(record, Anomaly):
-        return [f"  {stamp}  anomaly   {record.kind.value:<9} {record.summary}"]
+        return [f"  {stamp}  anomaly {detector_text(record)}: {record.summary}"]
     head = f"  {stamp}  ROOT CAUSE rev {record.revision}: {record.kind.value}"
     best = record.culprits[0] if record.culprits else None
     if best is None:
         return [head + " (no culprit)"]
     note = f" [{change}]" if change else ""
     lines = [f"{head} -> {culprit_text(best)}{note}"]
-    lines.append(f"{_LIVE_PAD}incident {record.incident_id} of job {record.job_id}")
-    lines += [f"{_LIVE_PAD}evidence: {e.fact}" for e in record.evidence[:LIVE_EVIDENCE]]
+    pad = " " * (len(stamp) + 4)
+    lines.append(f"{pad}incident {record.incident_id} of job {record.job_id}")
+    lines += [f"{pad}evidence: {e.fact}" for e in record.evidence[:LIVE_EVIDENCE]]
     return lines

@@ -2,10 +2,19 @@
 
 Records are fed in trace order with trace time as ``now``; the analyzer is
 also evaluated every 100 ms of trace time so hangs fire without new events.
-With ``--json`` the output is ``{"anomalies": [...], "root_causes": [...]}``:
-one root-cause row per culprit of the *latest revision* of each incident,
-incidents ordered by detection time, each incident's best culprit first.
-Times are Unix epoch seconds of the trace clock. No truth file is ever read.
+Text output writes times as ISO-8601 UTC with the seconds since the job's
+first record in the trace (``2026-01-01T00:00:07.800Z (+7.800 s)``) and comm
+ids as ``0x`` and 16 hex digits. With ``--json`` the output is
+``{"anomalies": [...], "root_causes": [...], "jobs": {...}}``: one root-cause
+row per culprit of the *latest revision* of each incident, incidents ordered
+by detection time, each incident's best culprit first; ``jobs`` gives each
+job's first record (``start_s``, ``start_at``). Times are Unix epoch seconds
+of the trace clock (``*_s``) and the same as ISO-8601 strings (``*_at``).
+No truth file is ever read.
+
+Exit status: 0 when no root cause names a culprit (anomalies alone may be
+printed), 3 when one does; bad usage and unreadable input exit as every
+``mycroft`` command does (README, "Exit codes").
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mycroft import report
-from mycroft.incident_card import culprit_json
-from mycroft.incident_text import anomaly_line, incident_lines
+from mycroft.incident_card import anomaly_json, culprit_json
+from mycroft.incident_text import anomaly_line, incident_lines, iso
 from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
 from mycroft.streams.core.config import DetectorConfig
@@ -55,6 +64,7 @@ class Replay:
         self.anomalies: list[Anomaly] = []
         self.causes: dict[str, RootCause] = {}
         self.first_resolved_ns: dict[str, int] = {}
+        self.start_ns: dict[str, int] = {}  # job -> time of its first record
         self.eval_wall_s: list[float] = []  # wall time of each evaluate round
         self._next_eval = -1
 
@@ -92,6 +102,7 @@ class Replay:
         an = self.analyzers.get(job)
         if an is None:
             an = self.analyzers[job] = Analyzer(job, self.config)
+            self.start_ns[job] = ts_ns
         an.ingest(rec, ts_ns)
 
     def write(self, record: Record, ts_ns: int) -> None:
@@ -128,11 +139,13 @@ def to_json(
     anomalies: list[Anomaly],
     causes: dict[str, RootCause],
     first_resolved_ns: dict[str, int] | None = None,
+    start_ns: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Return the ``--json`` document (see the module docstring).
 
     ``first_resolved_ns`` (incident id -> time of its first revision) adds
-    ``first_resolved_at_s`` to each row.
+    ``first_resolved_at_s`` to each row; ``start_ns`` (job -> time of its
+    first record) adds ``jobs``.
     """
     first = first_resolved_ns or {}
     rows: list[dict[str, Any]] = []
@@ -149,40 +162,45 @@ def to_json(
                     "resolved_at_s": rc.resolved_ns / 1e9,
                     "first_resolved_at_s": first.get(rc.incident_id, rc.resolved_ns)
                     / 1e9,
+                    "onset_at": iso(rc.onset_ns),
+                    "detected_at": iso(rc.detected_ns),
+                    "resolved_at": iso(rc.resolved_ns),
                 }
             )
-    return {
-        "anomalies": [
-            {
-                "anomaly_id": a.anomaly_id,
-                "job_id": a.job_id,
-                "kind": a.kind.value,
-                "detector": a.detector,
-                "comms": list(a.comms),
-                "ranks": list(a.ranks),
-                "onset_s": a.onset_ns / 1e9,
-                "detected_at_s": a.detected_ns / 1e9,
-                "summary": a.summary,
-                "score": a.score,
-            }
-            for a in anomalies
-        ],
+    doc: dict[str, Any] = {
+        "anomalies": [anomaly_json(a) for a in anomalies],
         "root_causes": rows,
     }
+    if start_ns is not None:
+        doc["jobs"] = {
+            job: {"start_s": ns / 1e9, "start_at": iso(ns)}
+            for job, ns in sorted(start_ns.items())
+        }
+    return doc
 
 
-def _print_human(anomalies: list[Anomaly], causes: dict[str, RootCause]) -> None:
+def _print_human(
+    anomalies: list[Anomaly], causes: dict[str, RootCause], start_ns: dict[str, int]
+) -> None:
     for a in anomalies:
-        print(anomaly_line(a))
+        print(anomaly_line(a, start_ns.get(a.job_id)))
     for rc in sorted(causes.values(), key=lambda c: c.detected_ns):
         print()
-        print("\n".join(incident_lines(rc)))
+        print("\n".join(incident_lines(rc, start_ns=start_ns.get(rc.job_id))))
     if not anomalies:
         print("no anomalies")
 
 
+def exit_code(causes: dict[str, RootCause]) -> int:
+    """0 when no root cause names a culprit, 3 when one does."""
+    from mycroft.cli_errors import ExitCode  # noqa: PLC0415 (the CLI's codes)
+
+    found = any(rc.culprits for rc in causes.values())
+    return int(ExitCode.ROOT_CAUSE if found else ExitCode.OK)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Analyze trace files; return 0 (findings or not), 2 on bad usage."""
+    """Analyze trace files; return 0 (no root cause) or 3 (root causes found)."""
     ap = argparse.ArgumentParser(prog="mycroft analyze", description=__doc__)
     ap.add_argument("paths", nargs="*", help="trace files (.myct, .gz)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -216,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     causes: dict[str, RootCause] = {}
     reports: list[report.IncidentData] = []
     first: dict[str, int] = {}
+    starts: dict[str, int] = {}
     for path in args.paths:
         rp = Replay()
         for ts_ns, rec in read_records(path):
@@ -227,13 +246,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         anomalies += a
         causes.update(c)
         first.update(rp.first_resolved_ns)
+        for job, ns in rp.start_ns.items():
+            starts[job] = min(ns, starts.get(job, ns))
     if args.json:
-        json.dump(to_json(anomalies, causes, first), sys.stdout, indent=2)
+        json.dump(to_json(anomalies, causes, first, starts), sys.stdout, indent=2)
         print()
     else:
-        _print_human(anomalies, causes)
+        _print_human(anomalies, causes, starts)
     if args.report:
         page = report.write(args.report, reports, anomalies)
         sys.stdout.flush()
         print(f"report: {page}", file=sys.stderr)
-    return 0
+    return exit_code(causes)

@@ -30,7 +30,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 13  # 13: the offsets of the records a snapshot holds
+SNAPSHOT_VERSION = 14  # 14: comm ids in anomaly and incident ids as 0x + 16 hex
 MAX_ANOMALY_IDS = 2048
 
 

@@ -282,7 +282,8 @@ def _missing_dump_culprits(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``DIR [--json] [--world-size N]``; 0 on success, 4 when DIR is unusable."""
+    """``DIR [--json] [--world-size N]``; as ``mycroft analyze``: 0 when no
+    culprit is named, 3 when one is, 4 when DIR is unusable."""
     ap = argparse.ArgumentParser(prog="mycroft analyze --flight-recorder")
     ap.add_argument("dir", type=Path, help="folder of per-rank dumps <prefix><rank>")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -295,10 +296,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 4  # bad input (README, exit codes)
     d = load_dir(args.dir, args.world_size)
     doc = analyze(d)
+    found = 3 if doc["root_causes"] else 0  # README, exit codes
     if args.json:
         json.dump(doc, sys.stdout, indent=2)
         print()
-        return 0
+        return found
     fr = doc["flight_recorder"]
     print(f"dumps of ranks {fr['dumps']}; missing {fr['missing']}")
     for s in fr["skipped"]:
@@ -317,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not doc["root_causes"]:
         print("no culprit named")
-    return 0
+    return found
 
 
 if __name__ == "__main__":

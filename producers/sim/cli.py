@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import logging
+import os
+import secrets
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+from mycroft.cli_parser import mycroft_parser
 from mycroft.errors import ConfigError, MycroftError
 from mycroft.producers.sim.config import SimConfig, from_ranks
 from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import FAULTS, parse_spec
-from mycroft.cli_parser import mycroft_parser
 from mycroft.producers.tracefile import RecordWriter, TraceFileWriter
 from mycroft.schemas.records import Record
 
@@ -166,23 +170,80 @@ def config_from(args: argparse.Namespace) -> SimConfig:
     return cfg
 
 
-def run(args: argparse.Namespace) -> SimResult:
-    """Run one simulation as the arguments say; write the truth file."""
-    cfg = config_from(args)
-    specs = [parse_spec(s) for s in args.fault]
+def _claim(target: Path) -> Path:
+    """A new folder beside ``target`` and the path of the same name in it.
+
+    Writing there keeps the file's own name (a .gz trace is compressed, and
+    gzip records the name) until it is moved over ``target``.
+
+    Raises:
+        OSError: naming ``target``: it is a folder, or its folder is missing
+            or not writable.
+    """
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+    folder = target.with_name(f".{target.name}.partial-{secrets.token_hex(4)}")
+    try:
+        folder.mkdir()
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
+    return folder / target.name
+
+
+def _discard(partial: Path) -> None:
+    partial.unlink(missing_ok=True)
+    partial.parent.rmdir()
+
+
+@contextmanager
+def staged(targets: Sequence[Path]) -> Iterator[dict[Path, Path]]:
+    """Paths to write instead of ``targets``, moved over them at the end.
+
+    Yields target -> the path to write. When the block raises (a fault its
+    spec names wrongly for this job, an error midway, Ctrl-C), they are
+    removed: no target is left behind, partial or empty, and one that existed
+    keeps its content.
+    """
+    partial: dict[Path, Path] = {}
+    try:
+        for target in targets:
+            partial[target] = _claim(target)
+        yield partial
+        for target, path in partial.items():
+            path.replace(target)
+    except BaseException:
+        for path in partial.values():
+            _discard(path)
+        raise
+    for path in partial.values():
+        path.parent.rmdir()
+
+
+def _writer(args: argparse.Namespace, cfg: SimConfig, out: Path | None) -> RecordWriter:
     writer: RecordWriter = (
         KafkaWriter(args.kafka, args.topic_prefix)
-        if args.kafka
-        else TraceFileWriter(args.out)
+        if out is None
+        else TraceFileWriter(out)
     )
     realtime = bool(args.kafka) if args.realtime is None else args.realtime
-    if realtime:
-        writer = PacedWriter(writer, cfg.start_ns, args.speed)
-    try:
-        result = simulate(cfg, specs, writer)
-    finally:
-        writer.close()
-    args.truth.write_text(json.dumps(result.truth(), indent=2) + "\n")
+    return PacedWriter(writer, cfg.start_ns, args.speed) if realtime else writer
+
+
+def run(args: argparse.Namespace) -> SimResult:
+    """Run one simulation as the arguments say; write the trace and truth files.
+
+    Both appear only once the run succeeded (:func:`staged`).
+    """
+    cfg = config_from(args)
+    specs = [parse_spec(s) for s in args.fault]
+    targets = [args.truth] if args.kafka else [args.out, args.truth]
+    with staged(targets) as files:
+        writer = _writer(args, cfg, None if args.kafka else files[args.out])
+        try:
+            result = simulate(cfg, specs, writer)
+        finally:
+            writer.close()
+        files[args.truth].write_text(json.dumps(result.truth(), indent=2) + "\n")
     return result
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
 from mycroft.schemas.records import CompletionBatch
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES
 from mycroft.streams.core.rows import run_starts, stack_rows
 
@@ -107,7 +108,8 @@ class CollectiveStat:
 
     def __repr__(self) -> str:
         return (
-            f"CollectiveStat(comm={self.comm:#x}, seq={self.seq}, kind={self.kind}, "
+            f"CollectiveStat(comm={comm_hex(self.comm)}, seq={self.seq}, "
+            f"kind={self.kind}, "
             f"nbytes={self.nbytes}, ranks={self.ranks.tolist()})"
         )
 

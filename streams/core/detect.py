@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import matching_kind
@@ -132,13 +133,13 @@ def detect_hangs(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
             new_anomaly(
                 ctx,
                 "hang",
-                f"{comm:x}:{frontier}",
+                f"{comm_hex(comm)}:{frontier}",
                 FaultKind.HANG,
                 (comm,),
                 ranks,
                 last,
                 now_ns,
-                f"comm {comm:x} made no progress for {stall / 1e9:.2f} s "
+                f"comm {comm_hex(comm)} made no progress for {stall / 1e9:.2f} s "
                 f"(limit {limit / 1e9:.2f} s) at seq {frontier}",
                 score=stall / max(limit, 1),
             )
@@ -278,13 +279,13 @@ def detect_mismatch(
             new_anomaly(
                 ctx,
                 "mismatch",
-                f"{c:x}:{q}",
+                f"{comm_hex(c)}:{q}",
                 FaultKind.MISMATCH,
                 (c,),
                 odd,
                 now_ns,
                 now_ns,
-                f"comm {c:x} seq {q} disagrees: {desc}",
+                f"comm {comm_hex(c)} seq {q} disagrees: {desc}",
             )
         )
     return out

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mycroft.schemas.records import Anomaly
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
@@ -314,14 +315,14 @@ def observe_flow_lag(
                 new_anomaly(
                     ctx,
                     "slow_td",
-                    f"{stat.comm:x}:{stat.seq}:td{rank}",
+                    f"{comm_hex(stat.comm)}:{stat.seq}:td{rank}",
                     FaultKind.SLOWDOWN,
                     (stat.comm,),
                     (rank,),
                     int(stat.issue_ns.min()),
                     now_ns,
-                    f"seq {stat.seq} on comm {stat.comm:x}: rank {rank}'s sends to "
-                    f"other hosts keep {td:.1f} chunks transmitted-not-done "
+                    f"seq {stat.seq} on comm {comm_hex(stat.comm)}: rank {rank}'s "
+                    f"sends to other hosts keep {td:.1f} chunks transmitted-not-done "
                     f"(its own baseline {own.stats()[0]:.1f}, role {med:.1f})",
                     score=td / max(pool.threshold(cfg, gap_floor(pool, cfg)), 1.0),
                 )
@@ -344,13 +345,13 @@ def _slow_anomaly(  # noqa: PLR0917 - private helper of one module
     return new_anomaly(
         ctx,
         f"slow_{metric}",
-        f"{stat.comm:x}:{stat.seq}:{metric}{who.strip()}",
+        f"{comm_hex(stat.comm)}:{stat.seq}:{metric}{who.strip()}",
         FaultKind.SLOWDOWN,
         (stat.comm,),
         ranks or tuple(stat.ranks.tolist()),
         onset,
         now_ns,
-        f"{name} seq {stat.seq} on comm {stat.comm:x}:{who} {metric} "
+        f"{name} seq {stat.seq} on comm {comm_hex(stat.comm)}:{who} {metric} "
         f"{value / 1e6:.1f} ms vs baseline {median / 1e6:.1f} ms",
         score=value / max(median, 1.0),
     )

@@ -33,6 +33,7 @@ from mycroft.schemas.records import (
     Record,
     Topology,
 )
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer, Incident
@@ -172,9 +173,9 @@ def _order_deadlock(
                 component=Component.HOST,
                 kind=FaultKind.HANG,
                 confidence=0.9 / len(ranks),
-                reason=f"order deadlock: rank {r} is stuck in comm {comm:x} "
+                reason=f"order deadlock: rank {r} is stuck in comm {comm_hex(comm)} "
                 f"while ranks {sorted(classes[major])[:8]} are stuck in comm "
-                f"{major:x}; each waits in an op the other side never issued",
+                f"{comm_hex(major)}; each waits in an op the other side never issued",
             )
             for r in sorted(ranks)
         )
@@ -194,8 +195,8 @@ def _chain(
             e = g.edges[u, v]
             out.append(
                 Evidence(
-                    f"comm {u:x} waits on rank {e['rank']}, which is stuck in "
-                    f"comm {v:x} seq {e['seq']}",
+                    f"comm {comm_hex(u)} waits on rank {e['rank']}, which is stuck in "
+                    f"comm {comm_hex(v)} seq {e['seq']}",
                     e["rank"],
                     u,
                     by_comm[u].frontier_seq,

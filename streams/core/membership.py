@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mycroft.schemas.records import CommMembership, RankTopology, Topology
+from mycroft.schemas.text import comm_hex
 
 UNKNOWN = -1
 """A position of a partial declaration the declaring host does not know."""
@@ -52,10 +53,12 @@ class MembershipJoin:
                 known = seen.setdefault(m.comm, self._known(m.comm, full))
                 size = len(full[m.comm]) if m.comm in full else self.sizes.get(m.comm)
                 if size is not None and size != m.nranks:
-                    return f"comm {m.comm:x}: nranks {m.nranks}, declared {size}"
+                    return (
+                        f"comm {comm_hex(m.comm)}: nranks {m.nranks}, declared {size}"
+                    )
                 problem = _merge(known, m.ranks)
                 if problem:
-                    return f"comm {m.comm:x}: {problem}"
+                    return f"comm {comm_hex(m.comm)}: {problem}"
         return ""
 
     def declare(self, topo: Topology, full: dict[int, tuple[int, ...]]) -> list[int]:

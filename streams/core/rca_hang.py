@@ -20,6 +20,7 @@ import networkx as nx
 import numpy as np
 
 from mycroft.schemas.records import Culprit, Evidence
+from mycroft.schemas.text import comm_hex, iso
 from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
 from mycroft.streams.core.detect import DetectContext, lost_ranks
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
@@ -424,13 +425,14 @@ def _score_order_cycle(
             continue
         for r in ranks:
             mine = ops[(ops["rank"] == r) & np.isin(ops["comm"], list(comms))]
-            when = f" (issued at {int(mine['issue_ns'].min())} ns)" if len(mine) else ""
+            first = int(mine["issue_ns"].min()) if len(mine) else None
+            when = f" (issued at {iso(first)})" if first is not None else ""
             blame(r).add(
                 Component.HOST,
                 2.5,
-                f"order deadlock: rank {r} issued comm {min(cs):x}'s op first"
+                f"order deadlock: rank {r} issued comm {comm_hex(min(cs))}'s op first"
                 f"{when}, while ranks {sorted(classes[major])[:8]} issued comm "
-                f"{min(major):x}'s first; each waits in an op the other side "
+                f"{comm_hex(min(major))}'s first; each waits in an op the other side "
                 "never issued",
             )
 

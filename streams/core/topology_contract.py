@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mycroft.schemas.records import CommMembership, Topology
+from mycroft.schemas.text import comm_hex
 from mycroft.streams.core import row_checks as rows
 from mycroft.streams.core.contract import Contract, Reason
 from mycroft.streams.core.membership import (
@@ -190,7 +191,7 @@ def topology_problem(topo: Topology, c: Contract) -> tuple[Reason, str] | None:
             if problem:
                 return (
                     Reason.BAD_TOPOLOGY,
-                    f"rank {rt.rank} in comm {m.comm:x}: {problem}",
+                    f"rank {rt.rank} in comm {comm_hex(m.comm)}: {problem}",
                 )
     return None
 

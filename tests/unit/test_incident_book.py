@@ -69,7 +69,7 @@ def test_console_prints_news_only_after_start() -> None:
     text = out.getvalue()
     assert "t=2.0s  ROOT CAUSE rev 1: hang -> rank 3 on node-1: nic (0.70)" in text
     assert "[revised: component was gpu]" in text
-    assert "t=1.0s  anomaly   hang      x" in text
+    assert "t=1.0s  anomaly hang: x" in text
 
 
 def test_console_json_lines_and_anomaly_limit() -> None:
@@ -86,9 +86,13 @@ def test_console_json_lines_and_anomaly_limit() -> None:
 
 
 def test_the_analyze_block() -> None:
-    assert incident_lines(_rc("i")) == [
-        "incident i (rev 0): hang, detected 1.00 s after onset",
+    assert incident_lines(_rc("i"), start_ns=T0 - 5 * S) == [
+        "incident i (rev 0): hang since 2027-01-15T08:00:00.000Z (+5.000 s), "
+        "detected 1.00 s after onset, root cause 1.00 s later",
         "  rank 3 on node-1: gpu (0.70) stuck",
         "    - rank 3 froze",
     ]
     assert iso(T0) == "2027-01-15T08:00:00.000Z"
+    assert incident_lines(_rc("i"))[0].startswith(
+        "incident i (rev 0): hang since 2027-01-15T08:00:00.000Z, detected"
+    )

@@ -80,7 +80,7 @@ def test_analyze_cli_json(tmp_path, capsys):
     with TraceFileWriter(path) as w:
         for ts, rec in make("process-crash", 3, seconds=10.0):
             w.write(rec, ts)
-    assert analyze.main([str(path), "--json"]) == 0
+    assert analyze.main([str(path), "--json"]) == 3  # a root cause found
     doc = json.loads(capsys.readouterr().out)
     best = doc["root_causes"][0]
     assert (best["rank"], best["component"], best["kind"]) == (3, "process", "hang")

@@ -25,6 +25,7 @@ from mycroft.schemas.records import (
     RootCause,
     StateBatch,
 )
+from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.comm_split import comm_group, split_by_comm
@@ -166,9 +167,9 @@ def test_a_dp_hang_seen_as_a_pp_stall_names_the_dp_culprit() -> None:
     assert [type(f) for f in out] == [Anomaly, RootCause]
     rc = out[1]
     assert isinstance(rc, RootCause)
-    assert rc.incident_id == f"job:hang:{PP:x}:{T0}"  # first anomaly, as today
+    assert rc.incident_id == f"job:hang:{comm_hex(PP)}:{T0}"  # first anomaly, as today
     assert (rc.culprits[0].rank, rc.culprits[0].component) == (24, Component.GPU)
-    assert "stuck in comm b0" in rc.evidence[0].fact
+    assert f"stuck in comm {comm_hex(DP)}" in rc.evidence[0].fact
     # same state a second later: nothing new; the DP comm firing later joins
     # the incident without a new revision (same culprit)
     later = now + S + 1

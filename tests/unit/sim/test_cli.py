@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mycroft.errors import ConfigError
+from mycroft.errors import ConfigError, MycroftError
 from mycroft.producers.sim import cli
 from mycroft.producers.sim.cli import main
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.faults import parse_spec, resolve
-from mycroft.producers.tracefile import ListWriter, read_records
+from mycroft.producers.tracefile import ListWriter, RecordWriter, read_records
 from mycroft.schemas.records import StateBatch
 from tests.unit.samples import T0, state_batch
 
@@ -116,3 +116,73 @@ def test_resolve_rejects_out_of_range() -> None:
         resolve(parse_spec("gpu-hang:at=12"), cfg, rng)
     with pytest.raises(ConfigError, match="severity"):
         resolve(parse_spec("gpu-power-cap:severity=1.5"), cfg, rng)
+
+
+def _argv(out: Path | str, truth: Path | str, *extra: str) -> list[str]:
+    return ["simulate", "--ranks", "16", "--tp", "8", "--dp", "2", "--duration", "3",
+            "--out", str(out), "--truth", str(truth), *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "out", "truth", "code"),
+    [
+        (["--fault", "bogus"], "t.trace", "t.json", 2),
+        (["--fault", "nic-down:rank=99"], "t.trace", "t.json", 2),  # in the run
+        (["--fault", "gpu-hang:at=30"], "t.trace.gz", "t.json", 2),
+        (["--speed", "0"], "t.trace", "t.json", 2),
+        ([], "t.trace", "missing/t.json", 4),
+        ([], "missing/t.trace", "t.json", 4),
+        ([], ".", "t.json", 4),  # the output is a folder
+    ],
+    ids=[
+        "fault-name",
+        "fault-rank",
+        "fault-time",
+        "speed",
+        "truth-dir",
+        "out-dir",
+        "out-folder",
+    ],  # fmt: skip
+)
+def test_a_rejected_run_leaves_no_file(
+    tmp_path: Path, extra: list[str], out: str, truth: str, code: int
+) -> None:
+    from mycroft.cli import main as mycroft  # noqa: PLC0415
+
+    assert mycroft(_argv(tmp_path / out, tmp_path / truth, *extra)) == code
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rejected_run_keeps_an_existing_file(tmp_path: Path) -> None:
+    out, truth = tmp_path / "t.trace", tmp_path / "t.json"
+    out.write_bytes(b"an earlier trace")
+    assert main(_argv(out, truth, "--fault", "nic-down:rank=99")[1:]) == 2
+    assert out.read_bytes() == b"an earlier trace"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.trace"]
+
+
+@pytest.mark.parametrize("error", [MycroftError("the run failed"), KeyboardInterrupt()])
+def test_a_run_failing_midway_leaves_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    def fails_midway(cfg: SimConfig, specs: object, writer: RecordWriter) -> None:
+        for i in range(50):
+            writer.write(state_batch(i), T0 + i)
+        raise error
+
+    monkeypatch.setattr(cli, "simulate", fails_midway)
+    argv = _argv(tmp_path / "t.trace", tmp_path / "t.json")[1:]
+    if isinstance(error, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            main(argv)
+    else:
+        assert main(argv) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_that_succeeds_leaves_its_two_files_only(tmp_path: Path) -> None:
+    out, truth = tmp_path / "t.trace.gz", tmp_path / "t.json"
+    assert main(_argv(out, truth)[1:]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.trace.gz"]
+    assert json.loads(truth.read_text())["duration_s"] == 3.0
+    assert len(list(read_records(out))) > 0
