@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
@@ -129,3 +129,62 @@ def summary(found: list[RootCause]) -> list[tuple[str, list[tuple[int, str, floa
         (r.kind.value, [(c.rank, c.component.value, c.confidence) for c in r.culprits])
         for r in found
     ]
+
+
+Launch = Callable[
+    [Sequence[str], int, Mapping[str, str], Path], list[subprocess.Popen[bytes]]
+]
+"""``launch(job args, world, env, log dir)`` of a job script (``ddp_job`` ...)."""
+
+
+def run_job_live(  # noqa: PLR0913 - the job, its fault and where to run it
+    s: StreamSettings,
+    launch: Launch,
+    job_args: Sequence[str],
+    want: tuple[int, str],
+    timeout_s: float,
+    tmp: Path,
+) -> list[RootCause]:
+    """Run 4 traced ranks of a job until a root cause names ``want`` (rank,
+    fault kind) or ``timeout_s`` passed; return the job's root causes."""
+    job_id = f"torch-{time.time_ns() % 10**12}"
+    (tmp / "rings").mkdir()
+    poll = root_cause_poller(s)
+    agent = start_agent(s, job_id, tmp)
+    found: list[RootCause] = []
+    procs = launch(job_args, 4, harness.traced_env(tmp / "rings"), tmp / "logs")
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = [r for r in poll() if r.job_id == job_id]
+            if any(named(r, *want) for r in found):
+                break
+    finally:
+        harness.job().stop(procs)
+        stop_agent(agent, tmp / "agent.log")
+    return found
+
+
+def run_healthy(
+    s: StreamSettings, launch: Launch, run_s: float, tmp: Path
+) -> list[RootCause]:
+    """Run 4 traced healthy ranks of a job for ``run_s``; return its root causes.
+
+    Fails if a rank exits meanwhile (the job runs far more steps than fit).
+    """
+    job_id = f"torch-none-{time.time_ns() % 10**12}"
+    (tmp / "rings").mkdir()
+    poll = root_cause_poller(s)
+    agent = start_agent(s, job_id, tmp)
+    env = harness.traced_env(tmp / "rings")
+    procs = launch(["--iters", "1000000"], 4, env, tmp / "logs")
+    found: list[RootCause] = []
+    try:
+        deadline = time.monotonic() + run_s
+        while time.monotonic() < deadline:
+            found = [r for r in poll() if r.job_id == job_id]
+            assert all(p.poll() is None for p in procs), harness.logs(tmp / "logs")
+    finally:
+        stop_agent(agent, tmp / "agent.log")  # first: the stop is no fault
+        harness.job().stop(procs)
+    return found
