@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mycroft.cli_parser import mycroft_parser
+from mycroft.cli_parser import MycroftParser, mycroft_parser
 from mycroft.config import state_dir
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--opensearch-url'.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
+    common = MycroftParser(add_help=False)
     common.add_argument(
         "--dir",
         type=Path,

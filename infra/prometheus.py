@@ -13,7 +13,6 @@ a free loopback port. The first scrape shows in queries only ~5 s after start
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -27,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mycroft.cli_parser import mycroft_parser
+from mycroft.cli_parser import MycroftParser, mycroft_parser
 from mycroft.config import state_dir
 from mycroft.errors import MycroftError
 from mycroft.infra import _kafka_props as kp
@@ -248,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trying the dashboards and alerting rules against 'mycroft sinks'.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
+    common = MycroftParser(add_help=False)
     common.add_argument(
         "--dir",
         type=Path,

@@ -32,7 +32,7 @@ from typing import IO
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from mycroft.cli_parser import mycroft_parser
+from mycroft.cli_parser import MycroftParser, mycroft_parser
 from mycroft.errors import BrokerError, ConfigError, InputError
 from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
@@ -149,7 +149,7 @@ DESCRIPTION = (
 
 def _parser() -> argparse.ArgumentParser:
     env = os.environ
-    common = argparse.ArgumentParser(add_help=False)
+    common = MycroftParser(add_help=False)
     add = common.add_argument
     add(
         "--bootstrap",

@@ -19,7 +19,6 @@ printed), 3 when one does; bad usage and unreadable input exit as every
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mycroft import report
+from mycroft.cli_parser import mycroft_parser
 from mycroft.incident_card import anomaly_json, culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines, iso
 from mycroft.producers.tracefile import read_records
@@ -201,7 +201,13 @@ def exit_code(causes: dict[str, RootCause]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Analyze trace files; return 0 (no root cause) or 3 (root causes found)."""
-    ap = argparse.ArgumentParser(prog="mycroft analyze", description=__doc__)
+    ap = mycroft_parser(
+        "analyze",
+        "Find anomalies and root causes in recorded trace files (or PyTorch "
+        "Flight Recorder dumps) offline, with the same detectors and rules as "
+        "the stream workers. Exit status: 0 when no root cause names a "
+        "culprit, 3 when one does.",
+    )
     ap.add_argument("paths", nargs="*", help="trace files (.myct, .gz)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument(

@@ -24,7 +24,6 @@ plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mycroft.cli_parser import mycroft_parser
 from mycroft.producers.torch.frdump import FrDumps, FrEntry, load_dir, read_dump
 from mycroft.producers.torch.tracer import comm_hash
 from mycroft.schemas.columns import DONE_OP_COLUMNS, OP_COLUMNS, RC_COLUMNS, dtype_of
@@ -284,7 +284,10 @@ def _missing_dump_culprits(
 def main(argv: Sequence[str] | None = None) -> int:
     """``DIR [--json] [--world-size N]``; as ``mycroft analyze``: 0 when no
     culprit is named, 3 when one is, 4 when DIR is unusable."""
-    ap = argparse.ArgumentParser(prog="mycroft analyze --flight-recorder")
+    ap = mycroft_parser(
+        "analyze --flight-recorder",
+        "Name the rank a hung job waits on from its PyTorch Flight Recorder dumps.",
+    )
     ap.add_argument("dir", type=Path, help="folder of per-rank dumps <prefix><rank>")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument(
