@@ -50,14 +50,9 @@ RENDERERS = {
         "python bench/campaign_general.py --half tune",
         _half,
     ),
-    "campaign_general_report_faults": (
-        "General campaign: report-only half, fault runs",
-        "python bench/campaign_general.py --half report --healthy-runs 0",
-        _half,
-    ),
-    "campaign_general_report_healthy": (
-        "General campaign: report-only half, healthy runs",
-        "python bench/campaign_general.py --half report --faults none",
+    "campaign_general_report": (
+        "General campaign: report-only half (every setting, faults and healthy)",
+        "python bench/campaign_general.py --half report",
         _half,
     ),
 }
