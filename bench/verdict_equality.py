@@ -96,7 +96,7 @@ def make_job(
     cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=duration, seed=seed, job_id=job)
     out = ListWriter()
     result = simulate(cfg, [parse_spec(fault)] if fault else [], out)
-    path = work / f"{job}.myct"
+    path = work / f"{job}.trace"
     with TraceFileWriter(path) as w:
         for ts, rec in out.records:
             w.write(rec, ts)

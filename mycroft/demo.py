@@ -52,12 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         default="gpu-hang:at=12",
         help="fault to inject, NAME[:key=value,...] (mycroft simulate --help)",
     )
-    p.add_argument("--ranks", type=int, default=64)
-    p.add_argument("--tp", type=int, default=8)
-    p.add_argument("--pp", type=int, default=2)
-    p.add_argument("--dp", type=int, default=4)
+    p.add_argument("--ranks", type=int, default=64, help="world size = tp*pp*dp")
+    p.add_argument("--tp", type=int, default=8, help="tensor parallel size")
+    p.add_argument("--pp", type=int, default=2, help="pipeline stages")
+    p.add_argument("--dp", type=int, default=4, help="data parallel replicas")
     p.add_argument("--duration", type=float, default=30.0, help="simulated seconds")
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="simulator seed")
     p.add_argument("--workdir", type=Path, help="keep logs here (default: a temp dir)")
     return p
 

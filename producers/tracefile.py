@@ -9,7 +9,9 @@ Kafka or analyze them offline. Layout::
              <i64 trace time, ns>  <u8 record type code>  <u16 key length>
              <key, UTF-8>  <value: wire bytes>
 
-Record type codes index :data:`RECORD_TYPES`. A path ending in ``.gz`` is
+Record type codes index :data:`RECORD_TYPES`. Trace files are named
+``*.trace`` (every command and doc uses that one extension; the reader does
+not check it); a path ending in ``.gz`` (``run.trace.gz``) is
 gzip-compressed. A truncated last frame (a writer killed mid-write) is
 reported by :func:`read_frames` and ignored, never raised.
 """

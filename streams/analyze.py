@@ -208,7 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the stream workers. Exit status: 0 when no root cause names a "
         "culprit, 3 when one does.",
     )
-    ap.add_argument("paths", nargs="*", help="trace files (.myct, .gz)")
+    ap.add_argument(
+        "paths", nargs="*", help="trace files (.trace; .trace.gz compressed)"
+    )
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument(
         "--flight-recorder",

@@ -114,15 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="inject a fault (repeatable)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="random seed: same seed, same trace"
+    )
     p.add_argument("--duration", type=float, default=30.0, help="virtual seconds")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", type=Path, help="trace file (.gz compresses)")
     out.add_argument("--kafka", metavar="BOOTSTRAP", help="publish live to Kafka")
     p.add_argument("--topic-prefix", default="", help="prefix of the Kafka topics")
     p.add_argument("--truth", type=Path, required=True, help="ground-truth JSON file")
-    p.add_argument("--job-id", default="sim")
-    p.add_argument("--interval-ms", type=int, default=100)
+    p.add_argument("--job-id", default="sim", help="job id of the records")
+    p.add_argument(
+        "--interval-ms", type=int, default=100, help="sampling period of the agents"
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",

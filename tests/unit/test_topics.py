@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from mycroft.schemas.codec import SCHEMA_FILES
 from mycroft.topics import TOPICS, TopicSet, partition_for
@@ -35,3 +36,14 @@ def test_partition_is_stable_per_job_and_spreads_jobs() -> None:
     assert partition_for("job-a", 8) == partition_for("job-a", 8)
     used = {partition_for(f"job-{i}", 8) for i in range(200)}
     assert used == set(range(8))
+
+
+def test_readme_topic_table_lists_every_topic_with_its_key() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme.split("## Topics", 1)[1].split("\n\n", 2)[1]
+    rows = {
+        cells[0].strip("` "): cells[2].strip("` ")
+        for line in table.splitlines()[2:]
+        if (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
+    assert rows == {spec.name: spec.key for spec in TOPICS}

@@ -76,7 +76,7 @@ def test_duplicates_ignored_and_no_repeats():
 
 
 def test_analyze_cli_json(tmp_path, capsys):
-    path = tmp_path / "t.myct"
+    path = tmp_path / "t.trace"
     with TraceFileWriter(path) as w:
         for ts, rec in make("process-crash", 3, seconds=10.0):
             w.write(rec, ts)
