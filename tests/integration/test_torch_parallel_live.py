@@ -45,10 +45,14 @@ def worker(
     yield from live.worker(kafka_bootstrap, tmp_path_factory.mktemp("torch-par"))
 
 
+FLAKY = {
+    # (job, scenario): named on some runs, not on others (not strict)
+    ("fsdp2", "stall"): "named in a full CI run (2 cores, 14 s); on a more "
+    "loaded machine every rank's ring stopped beating when rank 2 stalled, so "
+    "no rank stood out: cause not found yet",
+}
 NOT_NAMED = {
     # (job, scenario): why no root cause names the culprit yet
-    ("fsdp2", "stall"): "every rank's ring stops beating when rank 2 stalls "
-    "(each rank's beat thread blocks), so no rank stands out",
     ("fsdp2", "straggler"): "no root cause in 75 s; cause not found yet",
     ("tp", "straggler"): "no root cause in 75 s; cause not found yet",
 }
@@ -66,6 +70,9 @@ def test_fault_named_live(
     if (job, scenario) in NOT_NAMED:
         reason = NOT_NAMED[job, scenario]
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    if (job, scenario) in FLAKY:
+        reason = FLAKY[job, scenario]
+        request.applymarker(pytest.mark.xfail(strict=False, reason=reason))
     args, kind, timeout_s = SCENARIOS[scenario]
     job_args = [*args, "--scenario", scenario, "--culprit", str(CULPRIT)]
     want = (CULPRIT, kind)
