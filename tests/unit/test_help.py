@@ -63,10 +63,6 @@ def _option_entries(out: str) -> dict[str, str]:
     for line in out.split("options:", 1)[-1].splitlines():
         if re.match(r"  -", line):
             current = [line.strip()]
-            for flag in re.findall(
-                r"(?:^|, )(-{1,2}[\w-]+)", line.strip().split("  ")[0]
-            ):
-                entries[flag] = ""
         elif line.startswith("   ") and current:
             current.append(line.strip())
         else:
