@@ -17,6 +17,23 @@ Where a value comes from, first match wins:
 
 An error names the source and the field: ``MYCROFT_SINKS__RETRIES='x':
 retries must be an integer``.
+
+Commands that read it, each from its own section: ``agent`` (``[agent]``),
+``streams worker`` (``[streams]``), ``sinks`` (``[sinks]``), ``topics
+create`` (``[topics]``), ``replay`` (``[replay]``), ``broker`` (``[broker]``,
+from ``MYCROFT_CONFIG`` only: it has no ``--config``) and ``incidents``
+(``[incidents]``). These are services or commands pointed at the same Kafka
+and folders run after run, so their settings belong in a file.
+
+The others take flags only. ``analyze``, ``demo`` and ``simulate`` take
+per-run arguments (the traces to read, the job and the faults to simulate,
+where to write), which a shared file would only hide; ``analyze`` has no
+setting beyond them. ``nccl-plugin`` prints a path, ``topics list`` prints
+the declared topics. ``prometheus`` and ``opensearch``, local helpers for
+trying Mycroft, take flags only too.
+
+State kept between runs goes under :func:`state_dir`
+(``$XDG_STATE_HOME/mycroft/<command>``) unless a setting names a folder.
 """
 
 from __future__ import annotations

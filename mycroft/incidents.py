@@ -25,21 +25,29 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from mycroft.cli_parser import MycroftParser, mycroft_parser
+from mycroft.config import (
+    add_config_flag,
+    add_flags,
+    config_path,
+    load,
+    read_section,
+    setting,
+)
 from mycroft.errors import BrokerError, ConfigError, InputError
 from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
 from mycroft.incident_console import Console
 from mycroft.kafka_client import DecodingConsumer
+from mycroft.kafka_security import KEYS, PLAINTEXT, KafkaSecurity, security_from
 from mycroft.kafka_security import add_flags as add_security_flags
-from mycroft.kafka_security import security_from
 from mycroft.stop_signal import Stopper, StopSignal
 from mycroft.topics import TopicSet
 
@@ -147,39 +155,129 @@ DESCRIPTION = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    env = os.environ
-    common = MycroftParser(add_help=False)
-    add = common.add_argument
-    add(
-        "--bootstrap",
+@dataclass(frozen=True)
+class IncidentsSettings:
+    """What every ``mycroft incidents`` action needs: where to read from.
+
+    A setting of :mod:`mycroft.config` (section ``incidents``): a flag,
+    ``MYCROFT_INCIDENTS__<FIELD>`` or the older names shown, a key of the
+    ``[incidents]`` table of the config file. The security keys of
+    :data:`mycroft.kafka_security.KEYS` may sit in that table too.
+    """
+
+    bootstrap: str = setting(
+        "",
+        "Kafka bootstrap servers",
+        env=("MYCROFT_BOOTSTRAP",),
+        shown="none",
         metavar="HOST:PORT",
-        default=env.get("MYCROFT_BOOTSTRAP"),
-        help="Kafka bootstrap servers (env MYCROFT_BOOTSTRAP)",
     )
-    add(
-        "--topic-prefix",
+    topic_prefix: str = setting(
+        "",
+        "namespace prefix of the topics",
+        env=("MYCROFT_TOPIC_PREFIX",),
         metavar="PREFIX",
-        default=env.get("MYCROFT_TOPIC_PREFIX", ""),
-        help="namespace prefix of the topics (env MYCROFT_TOPIC_PREFIX)",
     )
-    add("--job", metavar="JOB", help="only this job's incidents (default: every job)")
-    add(
-        "--ttl",
-        type=float,
+    job: str = setting(
+        "", "only this job's incidents", shown="every job", metavar="JOB"
+    )
+    ttl: float = setting(
+        DEFAULT_TTL_S,
+        "seconds without a revision before an incident counts as closed",
+        shown=f"{DEFAULT_TTL_S:g}",
         metavar="SECONDS",
-        default=DEFAULT_TTL_S,
-        help="seconds without a revision before an incident counts as closed "
-        "(default 600)",
     )
-    add(
-        "--timeout",
-        type=float,
+    timeout: float = setting(
+        30.0,
+        "seconds to wait for Kafka to hand out the topics",
+        shown="30",
         metavar="SECONDS",
-        default=30.0,
-        help="seconds to wait for Kafka to hand out the topics (default 30)",
     )
-    add("--json", action="store_true", help="machine-readable output")
+    security: KafkaSecurity = PLAINTEXT
+
+    def __post_init__(self) -> None:
+        for name in ("ttl", "timeout"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ConfigError(
+                    f"{name} must be > 0 seconds, not {value:g}: give --{name} "
+                    f"SECONDS or set MYCROFT_INCIDENTS__{name.upper()}"
+                )
+
+    @property
+    def job_id(self) -> str | None:
+        """The job to keep, None for every job."""
+        return self.job or None
+
+    def source(self) -> Source:
+        """Where these settings read incidents from."""
+        return Source(
+            self.bootstrap,
+            TopicSet(self.topic_prefix),
+            self.timeout,
+            self.security.librdkafka(),
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One run's action and the flags of that action alone (never in a file:
+    they change from one run to the next)."""
+
+    action: str
+    as_json: bool = False
+    since_s: float = 86_400.0
+    open_only: bool = False
+    incident: str = ""
+    report: str = ""
+    from_beginning: bool = False
+    anomalies: bool = True
+
+
+SECURITY_KEYS = frozenset(KEYS)
+"""Keys of the ``[incidents]`` table that go to :func:`security_from`."""
+
+
+def load_settings(
+    flags: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> IncidentsSettings:
+    """The settings from parsed ``flags`` (``vars(namespace)``), ``env`` and
+    the ``[incidents]`` table of the config file.
+
+    Raises:
+        ConfigError: the file cannot be read, an unknown key, or a bad value.
+    """
+    env = os.environ if env is None else env
+    path = config_path(flags, env)
+    table = read_section(path, "incidents") if path else {}
+    file_security = {k: str(v) for k, v in table.items() if k in SECURITY_KEYS}
+    security = security_from(flags, env, "MYCROFT_", file_security)
+    return load(
+        IncidentsSettings,
+        "incidents",
+        flags,
+        env,
+        file_values={k: v for k, v in table.items() if k not in SECURITY_KEYS},
+        file_name=f"{path} [incidents]" if path else "",
+        extra={"security": security},
+    )
+
+
+DESCRIPTION = (
+    "The incidents Mycroft found, read back from Kafka with a consumer group "
+    "that commits nothing: list them, show one whole, or follow them live. An "
+    "incident is open while its latest revision is younger than --ttl seconds; "
+    "--json prints one document (list, show) or one object per line (follow). "
+    "Settings: flag, then environment (the variables shown), then the "
+    "[incidents] table of --config, then the default."
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = MycroftParser(add_help=False)
+    add_config_flag(common)
+    add_flags(common, IncidentsSettings, "incidents")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
     add_security_flags(common, "MYCROFT_")
     p = mycroft_parser("incidents", DESCRIPTION)
     sub = p.add_subparsers(dest="action", required=True)
@@ -231,21 +329,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _list(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
+def _list(s: IncidentsSettings, req: Request, out: IO[str]) -> int:
+    source = s.source()
     book = read_book(source, [source.topics.anomaly, source.topics.rootcause])
     now = time.time_ns()
     found = book.select(
-        job_id=args.job, now_ns=now, since_s=args.since, open_only=args.open,
-        ttl_s=args.ttl,
+        job_id=s.job_id, now_ns=now, since_s=req.since_s, open_only=req.open_only,
+        ttl_s=s.ttl,
     )  # fmt: skip
-    if args.json:
-        rows = [summary_json(i, now, args.ttl) for i in found]
+    if req.as_json:
+        rows = [summary_json(i, now, s.ttl) for i in found]
         print(json.dumps({"incidents": rows}, indent=2), file=out)
         return 0
     if not found:
         print("no incidents", file=out)
     for inc in found:
-        row = summary_json(inc, now, args.ttl)
+        row = summary_json(inc, now, s.ttl)
         print(
             f"{row['detected_at']}  {row['status']:<6}  {row['kind']:<9} "
             f"{row['subject'] or 'no culprit'}: {row['component'] or '-'} "
@@ -256,61 +355,80 @@ def _list(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
     return 0
 
 
-def _show(source: Source, args: argparse.Namespace, out: IO[str]) -> int:
-    if args.report:
+def _show(s: IncidentsSettings, req: Request, out: IO[str]) -> int:
+    if req.report:
         from mycroft.report import require_matplotlib  # noqa: PLC0415
 
         require_matplotlib()
+    source = s.source()
     topics = source.topics
     book = read_book(source, [topics.anomaly, topics.rootcause, topics.topology])
     found = [
-        i for i in book.find(args.incident)
-        if args.job is None or i.latest.job_id == args.job
+        i for i in book.find(req.incident)
+        if s.job_id is None or i.latest.job_id == s.job_id
     ]  # fmt: skip
     if len(found) != 1:
         what = "no incident" if not found else f"{len(found)} incidents"
         raise InputError(
-            f"{what} on {topics.rootcause} match {args.incident!r}; "
+            f"{what} on {topics.rootcause} match {req.incident!r}; "
             "see their ids with 'mycroft incidents list'"
         )
     now = time.time_ns()
-    if args.json:
-        print(json.dumps(incident_json(book, found[0], now, args.ttl), indent=2),
+    if req.as_json:
+        print(json.dumps(incident_json(book, found[0], now, s.ttl), indent=2),
               file=out)  # fmt: skip
     else:
-        print("\n".join(card_lines(book, found[0], now, args.ttl)), file=out)
-    if args.report:
+        print("\n".join(card_lines(book, found[0], now, s.ttl)), file=out)
+    if req.report:
         from mycroft.report.from_topics import write_from_topics  # noqa: PLC0415
 
-        page = write_from_topics(source, book, found[0], args.report)
+        page = write_from_topics(source, book, found[0], req.report)
         print(f"report: {page}", file=sys.stderr)
     return 0
 
 
-def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
-    """Run one ``mycroft incidents`` action; return its exit code."""
+def run(s: IncidentsSettings, req: Request, out: IO[str] | None = None) -> int:
+    """Run one ``mycroft incidents`` action; return its exit code.
+
+    Raises:
+        ConfigError: no bootstrap servers were given.
+    """
     out = out or sys.stdout
-    if not args.bootstrap:
-        raise ConfigError(f"no Kafka to read incidents from: give {BOOTSTRAP_HINT}")
-    security = security_from(vars(args), os.environ, "MYCROFT_")
-    source = Source(
-        args.bootstrap, TopicSet(args.topic_prefix), args.timeout, security.librdkafka()
-    )
-    if args.action == "list":
-        return _list(source, args, out)
-    if args.action == "show":
-        return _show(source, args, out)
+    if not s.bootstrap:
+        raise ConfigError(
+            f"no Kafka to read incidents from: give {BOOTSTRAP_HINT} "
+            "(or bootstrap in the [incidents] table of --config)"
+        )
+    if req.action == "list":
+        return _list(s, req, out)
+    if req.action == "show":
+        return _show(s, req, out)
     stop = StopSignal()
     stop.install()
-    console = Console(out, as_json=args.json, job_id=args.job,
-                      anomalies=not args.no_anomalies)  # fmt: skip
+    console = Console(out, as_json=req.as_json, job_id=s.job_id,
+                      anomalies=req.anomalies)  # fmt: skip
     try:
-        follow(source, console, stop, from_beginning=args.from_beginning)
+        follow(s.source(), console, stop, from_beginning=req.from_beginning)
     finally:
         stop.restore()
     return 0
 
 
+def _request(args: argparse.Namespace) -> Request:
+    """The action's own flags of the parsed command line."""
+    return Request(
+        action=args.action,
+        as_json=args.json,
+        since_s=getattr(args, "since", 86_400.0),
+        open_only=getattr(args, "open", False),
+        incident=getattr(args, "incident", ""),
+        report=getattr(args, "report", None) or "",
+        from_beginning=getattr(args, "from_beginning", False),
+        anomalies=not getattr(args, "no_anomalies", False),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``mycroft incidents``."""
-    return run(_parser().parse_args(argv))
+    args = _parser().parse_args(argv)
+    return run(load_settings(vars(args)), _request(args))
