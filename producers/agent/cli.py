@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from mycroft import config as mycroft_config
 from mycroft import kafka_security
+from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_flags
 from mycroft.errors import ConfigError
@@ -157,4 +158,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         if server is not None:
             server.shutdown()
             server.server_close()
-    return 0
+    return int(ExitCode.INTERRUPTED) if stop.signum == signal.SIGINT else 0

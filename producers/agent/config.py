@@ -70,7 +70,9 @@ class Settings:
     )
     delivery_timeout_ms: int = _s(120_000, "librdkafka message.timeout.ms")
     retry_s: float = _s(1.0, "probe period while Kafka is unreachable, s")
-    shutdown_flush_s: float = _s(10.0, "how long SIGTERM waits for deliveries, s")
+    shutdown_flush_s: float = _s(
+        10.0, "how long SIGTERM waits for deliveries (Ctrl-C: 1 s at most), s"
+    )
     metrics_port: int = _s(0, "Prometheus port (0: off)")
     metrics_addr: str = _s("0.0.0.0", "Prometheus listen address")  # noqa: S104 - a node exporter listens on the node
     duration_s: float = _s(0.0, "stop after this long (0: run until SIGTERM)")
