@@ -46,7 +46,12 @@ from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
 from mycroft.incident_console import Console
 from mycroft.kafka_client import DecodingConsumer
-from mycroft.kafka_security import KEYS, PLAINTEXT, KafkaSecurity, security_from
+from mycroft.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    security_from,
+    split_security,
+)
 from mycroft.kafka_security import add_flags as add_security_flags
 from mycroft.stop_signal import Stopper, StopSignal
 from mycroft.topics import TopicSet
@@ -234,10 +239,6 @@ class Request:
     anomalies: bool = True
 
 
-SECURITY_KEYS = frozenset(KEYS)
-"""Keys of the ``[incidents]`` table that go to :func:`security_from`."""
-
-
 def load_settings(
     flags: Mapping[str, Any], env: Mapping[str, str] | None = None
 ) -> IncidentsSettings:
@@ -249,15 +250,16 @@ def load_settings(
     """
     env = os.environ if env is None else env
     path = config_path(flags, env)
-    table = read_section(path, "incidents") if path else {}
-    file_security = {k: str(v) for k, v in table.items() if k in SECURITY_KEYS}
+    file_security, file_values = split_security(
+        read_section(path, "incidents") if path else {}
+    )
     security = security_from(flags, env, "MYCROFT_", file_security)
     return load(
         IncidentsSettings,
         "incidents",
         flags,
         env,
-        file_values={k: v for k, v in table.items() if k not in SECURITY_KEYS},
+        file_values=file_values,
         file_name=f"{path} [incidents]" if path else "",
         extra={"security": security},
     )

@@ -224,6 +224,13 @@ def _layer(values: Mapping[str, str | None]) -> dict[str, str]:
     return out
 
 
+def split_security(table: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Split a config-file table into its security keys (of :data:`KEYS`, as
+    text, for :func:`security_from`) and the command's other settings."""
+    security = {k: str(v) for k, v in table.items() if k in KEYS}
+    return security, {k: v for k, v in table.items() if k not in KEYS}
+
+
 def security_from(
     flags: Mapping[str, str | None],
     env: Mapping[str, str],

@@ -31,7 +31,6 @@ from mycroft.topics import TopicSet
 
 log = logging.getLogger(__name__)
 
-_SECURITY_KEYS = set(kafka_security.KEYS)
 
 DESCRIPTION = (
     "The node agent, one per GPU host: drains the trace rings the training "
@@ -66,10 +65,9 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
     """Parse flags and merge them over the environment and the config file."""
     args = _parser().parse_args(list(argv))
     path = mycroft_config.config_path(vars(args), env)
-    file_values = config.read_file(path) if path else {}
-    file_security = {
-        k: file_values.pop(k) for k in list(file_values) if k in _SECURITY_KEYS
-    }
+    file_security, file_values = kafka_security.split_security(
+        config.read_file(path) if path else {}
+    )
     kafka = {str(k): str(v) for k, v in dict(file_values.pop("kafka", {})).items()}
     kafka |= config.kafka_from_env(env)
     for opt in args.kafka_option:
@@ -77,9 +75,7 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
         if not sep:
             raise ConfigError(f"--kafka-option {opt.split('=')[0]!r} needs KEY=VALUE")
         kafka[key.strip()] = value
-    security = kafka_security.security_from(
-        vars(args), env, "MYCROFT_", {k: str(v) for k, v in file_security.items()}
-    )
+    security = kafka_security.security_from(vars(args), env, "MYCROFT_", file_security)
     return mycroft_config.load(
         config.Settings,
         "agent",
