@@ -6,8 +6,11 @@ default) become records of the ``mycroft.librdkafka`` logger, with the same
 handlers, format and level as the rest of Mycroft. While a broker is away
 librdkafka repeats the same complaint every second per connection:
 :class:`RateLimit` lets the first line of each kind through and then at most
-one per ``every_s``, saying how many it held back. Mycroft's own log lines
-say what the outage means (spooling, retrying, giving up).
+one per ``every_s``, saying how many it held back. A line reporting a retry
+librdkafka makes on its own (``... Coordinator load in progress: retrying``
+while a fresh broker elects its coordinators) is DEBUG: it either resolves
+itself or Mycroft's own log lines say what the outage means (spooling,
+retrying, giving up), so only ``--debug`` shows it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,20 @@ class RateLimit(logging.Filter):
         return True
 
 
+class SelfRetried(logging.Filter):
+    """Demote librdkafka's reports of its own retries (``...: retrying``) to
+    DEBUG, dropped unless the logger is enabled for DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` goes out (at DEBUG if it reports a retry)."""
+        if record.levelno <= logging.DEBUG:
+            return True
+        if not record.getMessage().rstrip().endswith("retrying"):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
 def _facility(record: logging.LogRecord) -> str:
     """librdkafka's facility (``FAIL``, ``GETPID``...) and client of a line."""
     args = record.args if isinstance(record.args, tuple) else ()
@@ -65,5 +82,6 @@ def client_logger() -> logging.Logger:
     global _LOGGER  # noqa: PLW0603 - one filter instance for the process
     if _LOGGER is None:
         _LOGGER = logging.getLogger(LOGGER_NAME)
+        _LOGGER.addFilter(SelfRetried())  # first: a dropped line is not counted
         _LOGGER.addFilter(RateLimit())
     return _LOGGER

@@ -8,14 +8,18 @@ import pytest
 from confluent_kafka import Producer
 
 from mycroft.kafka_client import producer_config
-from mycroft.kafka_logging import LOGGER_NAME, RateLimit
+from mycroft.kafka_logging import LOGGER_NAME, RateLimit, SelfRetried
 
 
-def _record(fac: str, client: str = "rdkafka#producer-1") -> logging.LogRecord:
+def _record(
+    fac: str,
+    client: str = "rdkafka#producer-1",
+    text: str = "Connect to 127.0.0.1:1 failed",
+    level: int = logging.ERROR,
+) -> logging.LogRecord:
     return logging.LogRecord(
-        LOGGER_NAME, logging.ERROR, __file__, 1, "%s [%s] %s",
-        (fac, client, "Connect to 127.0.0.1:1 failed"), None,
-    )  # fmt: skip
+        LOGGER_NAME, level, __file__, 1, "%s [%s] %s", (fac, client, text), None
+    )
 
 
 def test_a_repeated_line_passes_once_per_interval_with_the_count_held_back():
@@ -38,6 +42,24 @@ def test_other_kinds_and_clients_are_limited_apart():
     assert limit.filter(_record("GETPID"))
     assert limit.filter(_record("FAIL", "rdkafka#consumer-2"))
     assert not limit.filter(_record("FAIL"))
+
+
+def test_a_retry_librdkafka_makes_itself_shows_only_at_debug():
+    retry = "Failed to acquire idempotence PID: Coordinator load in progress: retrying"
+    logger = logging.getLogger(LOGGER_NAME)
+    old = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        rec = _record("GETPID", text=retry, level=logging.WARNING)
+        assert not SelfRetried().filter(rec)
+        assert rec.levelname == "DEBUG"
+        assert SelfRetried().filter(_record("FAIL", level=logging.WARNING))
+        logger.setLevel(logging.DEBUG)
+        assert SelfRetried().filter(
+            _record("GETPID", text=retry, level=logging.WARNING)
+        )
+    finally:
+        logger.setLevel(old)
 
 
 def test_a_producer_logs_through_python_logging_not_stderr(
