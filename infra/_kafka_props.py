@@ -26,6 +26,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from mycroft.errors import BrokerError, ConfigError
+from mycroft.kafka_logging import client_logger
 
 HOST = "127.0.0.1"
 """Every listener binds here: ``localhost`` may resolve to ``::1`` first and detour."""
@@ -296,7 +297,8 @@ def check_bootstrap(
         raise BrokerError(
             f"nothing accepts connections at {bootstrap!r}; start a broker"
         )
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap} | dict(extra or {})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": client_logger()}
+    config |= dict(extra or {})
     admin = AdminClient(config)
     try:
         brokers = admin.list_topics(timeout=timeout_s).brokers

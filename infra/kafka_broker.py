@@ -35,6 +35,7 @@ from mycroft.errors import BrokerError, ConfigError, MycroftError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra._kafka_props import check_bootstrap
 from mycroft.infra._service import LocalService
+from mycroft.kafka_logging import client_logger
 from mycroft.logs import setup_logging
 
 __all__ = ["KafkaBroker", "check_bootstrap", "default_cache_dir", "fetch_jars", "main"]
@@ -236,7 +237,10 @@ class KafkaBroker(LocalService):
         if self._ports is None or not kp.tcp_open(kp.HOST, self._ports.client):
             return False
         if self._admin is None:
-            config: dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+            config: dict[str, Any] = {
+                "bootstrap.servers": self.bootstrap,
+                "logger": client_logger(),
+            }
             config |= self._client_config()
             self._admin = AdminClient(config)
         try:

@@ -31,6 +31,7 @@ from mycroft.errors import BrokerError, ConfigError
 from mycroft.infra import _kafka_props as kp
 from mycroft.infra.kafka_acls import Grant, apply_acls, role_acls
 from mycroft.infra.kafka_broker import KafkaBroker
+from mycroft.kafka_logging import client_logger
 from mycroft.kafka_security import KafkaSecurity, Secret
 from mycroft.topics import TopicSet
 
@@ -191,7 +192,10 @@ class SecureKafkaBroker(KafkaBroker):
     def start(self, timeout_s: float = 120.0, *, detach: bool = False) -> str:
         """Start the broker, then create every user's ACLs (as ``admin``)."""
         bootstrap = super().start(timeout_s, detach=detach)
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "logger": client_logger(),
+        }
         admin = AdminClient(config | self._client_config())
         bindings = [
             b for u in self.users.values() for b in role_acls(u.grant, self.topics)

@@ -29,6 +29,7 @@ __all__ = [
 LIVE_EVIDENCE = 4
 """Evidence lines under a root cause on a live console."""
 
+
 def flow_text(c: Culprit) -> str:
     """`` flow 3 -> 4 ch1`` when the culprit names a flow its subject does not."""
     if c.peer is None or c.scope == "link":
