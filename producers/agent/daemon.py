@@ -241,6 +241,7 @@ class Agent:
             self.lag_s,
             src.lag_records() if src else 0,
             len(src.readers) if src else 0,
+            int(sh.healthy),
         )
 
     def run(

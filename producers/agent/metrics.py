@@ -24,6 +24,8 @@ class Snapshot:
     sampling_lag_s: float
     ring_lag_records: int
     rings: int
+    kafka_up: int
+    """1 while the agent ships, 0 while Kafka is unreachable and it spools."""
 
 
 _COUNTERS = {
@@ -51,6 +53,10 @@ _GAUGES = {
         "records in rings not read yet",
     ),
     "rings": ("mycroft_agent_rings", "ring buffers being read"),
+    "kafka_up": (
+        "mycroft_agent_kafka_up",
+        "1 while shipping to Kafka, 0 while it is unreachable (spooling)",
+    ),
 }
 
 

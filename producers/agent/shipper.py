@@ -1,7 +1,9 @@
 """Ship spooled records to Kafka in order, surviving outages.
 
 State machine: *healthy* — every record is produced as soon as it is spooled;
-one failed delivery makes it *unhealthy* — nothing new is produced; once
+one failed delivery, or librdkafka reporting every broker down (seconds into
+an outage, where a delivery fails only after ``message.timeout.ms``), makes
+it *unhealthy* — nothing new is produced, and the log says so; once
 librdkafka has no message in flight the oldest unacknowledged record is sent
 alone as a probe every ``retry_s``; when the probe is acknowledged the shipper
 is healthy again and replays every still-unacknowledged record in spool order.
@@ -25,6 +27,9 @@ from mycroft.topics import TopicSet, partition_for
 
 log = logging.getLogger(__name__)
 
+STATUS_EVERY_S = 30.0
+"""While Kafka is away, how often the log says how much waits in the spool."""
+
 DoneCallback = Callable[[str | None, bool], None]
 """``(error text or None, permanent)``"""
 
@@ -43,6 +48,9 @@ class Transport(Protocol):
 
     def inflight(self) -> int:
         """Records queued or in flight."""
+
+    def broker_down(self) -> str | None:
+        """Why every broker became unreachable since the last call, else None."""
 
 
 _PERMANENT = {
@@ -63,7 +71,14 @@ class KafkaTransport:
 
     def __init__(self, bootstrap: str, topics: TopicSet, extra: dict[str, Any]) -> None:
         self._partitions = {topics.name(k): topics.partitions(k) for k in topics.specs}
-        self._producer = Producer(producer_config(bootstrap, extra))
+        self._bootstrap = bootstrap
+        self._down: str | None = None
+        config = producer_config(bootstrap, extra) | {"error_cb": self._on_error}
+        self._producer = Producer(config)
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._down = f"Kafka at {self._bootstrap} unreachable (no broker answers)"
 
     def produce(self, entry: Entry, on_done: DoneCallback) -> None:
         def delivered(err: KafkaError | None, _msg: Message) -> None:
@@ -95,6 +110,10 @@ class KafkaTransport:
     def inflight(self) -> int:
         return len(self._producer)
 
+    def broker_down(self) -> str | None:
+        down, self._down = self._down, None
+        return down
+
 
 class Shipper:
     """Spool first, then produce; acknowledge into the spool from delivery callbacks.
@@ -122,6 +141,7 @@ class Shipper:
         self._probe_at = 0.0
         self._probing = False
         self._outstanding = 0
+        self._status_at = 0.0
 
     def submit(
         self, entries: Sequence[Entry], checkpoint: dict[str, Any] | None
@@ -140,6 +160,16 @@ class Shipper:
     def pump(self) -> None:
         """Serve callbacks; replay the backlog when healthy, probe when not."""
         self.transport.poll(0)
+        down = self.transport.broker_down()
+        if down and self.healthy:
+            self._unhealthy(f"{down}: spooling to {self.spool.dir}")
+        elif not self.healthy and self._clock() >= self._status_at:
+            self._status_at = self._clock() + STATUS_EVERY_S
+            log.warning(
+                "Kafka still unreachable: records in the spool: %d (%d bytes); "
+                "retrying every %g s",
+                self.spool.pending, self.spool.size_bytes, self.retry_s,
+            )  # fmt: skip
         if self.healthy:
             room = self.max_inflight - self._outstanding
             for eid in self.spool.pending_from(self._next_send, room):
@@ -151,8 +181,10 @@ class Shipper:
                 self._next_send = max(self._next_send, self.spool.next_eid)
         elif self._outstanding == 0 and self._clock() >= self._probe_at:
             first = self.spool.first_pending()
-            entry = None if first is None else self.spool.read(first)
-            if first is None or entry is None:
+            if first is None:
+                return  # nothing to probe with: the next record will be the probe
+            entry = self.spool.read(first)
+            if entry is None:
                 self._recovered(self.spool.next_eid)
                 return
             self._probing = True
@@ -182,9 +214,17 @@ class Shipper:
             self.rejected += 1
             return
         if self.healthy:
-            log.warning("delivery failed (%s): spooling until Kafka answers", err)
+            self._unhealthy(f"delivery failed ({err}): spooling")
+        self._probe_at = self._clock() + self.retry_s
+
+    def _unhealthy(self, why: str) -> None:
+        log.warning(
+            "%s; retrying every %g s until Kafka answers (records pending: %d)",
+            why, self.retry_s, self.spool.pending,
+        )  # fmt: skip
         self.healthy = False
         self._probe_at = self._clock() + self.retry_s
+        self._status_at = self._clock() + STATUS_EVERY_S
 
     def _recovered(self, next_send: int) -> None:
         log.info(

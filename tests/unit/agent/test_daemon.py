@@ -63,3 +63,42 @@ def test_tick_makes_state_completion_topology_and_heartbeat(tmp_path: Path) -> N
     agent.source.close()
     agent.shipper.spool.close()
     w.close()
+
+
+def test_metrics_agree_with_the_log_while_kafka_is_away(tmp_path: Path) -> None:
+    """Once librdkafka says no broker answers, the agent's gauges say so and
+    what it makes counts as spooled: pending batches are spooled batches."""
+    rings = tmp_path / "rings"
+    rings.mkdir()
+    w = RingWriter(rings / "r0.ring", rank=0, nslots=64)
+    w.write(L.Comm(1, 9, 8, 0, 1, 0))
+    tr = FakeTransport()
+    registry = CollectorRegistry()
+    agent = Agent(
+        job_id="j",
+        host="h",
+        source=RingSource(rings),
+        shipper=Shipper(Spool(tmp_path / "spool", 1 << 20, 1 << 12), tr, retry_s=0.0),
+        topics=TopicSet("p."),
+        metrics=AgentMetrics(registry),
+    )
+    tr.hold, tr.down = True, "Kafka at 127.0.0.1:9 unreachable (no broker answers)"
+    agent.shipper.pump()
+    for i in range(3):
+        w.write(L.OpIssued(2 + i, 9, i, 64, 0, 1, 1, 1))
+        agent._last_beat = 0
+        agent.tick()
+    value = registry.get_sample_value
+    assert value("mycroft_agent_kafka_up") == 0
+    spooled = value("mycroft_agent_batches_spooled_total")
+    assert spooled is not None and spooled > 0
+    assert value("mycroft_agent_spool_pending_batches") == agent.shipper.spool.pending
+    assert value("mycroft_agent_batches_sent_total") == 0
+    tr.hold = False
+    for _ in range(3):
+        agent.shipper.pump()
+        agent.tick()
+    assert value("mycroft_agent_kafka_up") == 1
+    agent.source.close()
+    agent.shipper.spool.close()
+    w.close()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from mycroft.producers.agent.shipper import DoneCallback, Shipper
+import pytest
+
+from mycroft.producers.agent.shipper import STATUS_EVERY_S, DoneCallback, Shipper
 from mycroft.producers.agent.spool import Entry, Spool
 
 
@@ -14,10 +17,13 @@ def _e(i: int, size: int = 10) -> Entry:
 
 
 class FakeTransport:
-    """Delivers on poll(); ``up`` False makes every delivery fail."""
+    """Delivers on poll(); ``up`` False makes every delivery fail; ``hold``
+    keeps records in flight (neither delivered nor failed)."""
 
     def __init__(self) -> None:
         self.up = True
+        self.down: str | None = None
+        self.hold = False
         self.queue: list[tuple[Entry, DoneCallback]] = []
         self.delivered: list[Entry] = []
 
@@ -25,6 +31,8 @@ class FakeTransport:
         self.queue.append((entry, on_done))
 
     def poll(self, timeout_s: float) -> None:
+        if self.hold:
+            return
         queue, self.queue = self.queue, []
         for entry, cb in queue:
             if self.up:
@@ -39,6 +47,10 @@ class FakeTransport:
 
     def inflight(self) -> int:
         return len(self.queue)
+
+    def broker_down(self) -> str | None:
+        down, self.down = self.down, None
+        return down
 
 
 def test_spool_resumes_unacked_records_and_checkpoint(tmp_path: Path) -> None:
@@ -127,4 +139,39 @@ def test_permanent_rejection_is_dropped_and_counted(tmp_path: Path) -> None:
     sh.submit([_e(0)], None)
     sh.pump()
     assert sh.rejected == 1 and sh.spool.pending == 0 and sh.healthy
+    sh.spool.close()
+
+
+def test_brokers_down_spools_at_once_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """librdkafka's 'all brokers down' comes seconds into an outage, long
+    before the first delivery times out: the shipper stops producing and logs
+    it then, and what it holds back counts as spooled."""
+    sh, tr, advance = _shipper(tmp_path)
+    sh.submit([_e(0)], None)
+    sh.pump()
+    tr.hold = True
+    sh.submit([_e(1)], None)  # produced, in flight: no callback yet
+    tr.down = "Kafka at 127.0.0.1:9 unreachable (1/1 brokers are down)"
+    with caplog.at_level(logging.WARNING):
+        sh.pump()
+    assert not sh.healthy and sh.failures == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert any("127.0.0.1:9 unreachable" in m and "spooling to" in m for m in said)
+    sh.submit([_e(2)], None)
+    assert sh.spooled == 1 and sh.spool.pending == 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        advance(STATUS_EVERY_S)
+        sh.pump()
+    assert any("still unreachable: records in the spool: 2" in r.getMessage()
+               for r in caplog.records)  # fmt: skip
+    tr.hold = False  # back: the record in flight lands, then the spool replays
+    for _ in range(5):
+        advance(1.0)
+        sh.pump()
+    assert sh.healthy and sh.spool.pending == 0
+    got = [int.from_bytes(e.value[:4], "little") for e in tr.delivered]
+    assert got == [0, 1, 2]
     sh.spool.close()
