@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -62,14 +63,18 @@ EXTRAS = {
 }
 """Top-level module -> the extra of ``mycroft-trace`` that installs it."""
 
-BROKER_SETTINGS: dict[str, tuple[str, str | None]] = {
-    "simulate": ("--kafka", None),
-    "replay": ("--kafka", None),
-    "demo": ("--bootstrap", None),
-    "streams": ("--bootstrap", "MYCROFT_STREAMS__BOOTSTRAP"),
+BROKER_SETTINGS: dict[str, tuple[str, str, str, str | None]] = {
+    "topics": ("--bootstrap", "topics", "bootstrap", "MYCROFT_BOOTSTRAP"),
+    "incidents": ("--bootstrap", "incidents", "bootstrap", "MYCROFT_BOOTSTRAP"),
+    "sinks": ("--bootstrap", "sinks", "bootstrap", "MYCROFT_BOOTSTRAP"),
+    "streams": ("--bootstrap", "streams", "bootstrap", None),
+    "replay": ("--kafka", "replay", "kafka", "MYCROFT_BOOTSTRAP"),
+    "simulate": ("--kafka", "", "", None),
+    "demo": ("--bootstrap", "", "", None),
 }
-"""Command -> its Kafka flag and environment variable (others: ``--bootstrap``,
-``MYCROFT_BOOTSTRAP``)."""
+"""Command -> where its Kafka address comes from, in :mod:`mycroft.config`'s
+order: the flag, ``MYCROFT_<SECTION>__<FIELD>``, an older variable, the
+``[section]`` table's field in the config file ('': flag only)."""
 OPENSEARCH_FLAG = "--opensearch-url"
 LISTEN_FLAG = "--prometheus-listen"
 _DATA_ERRORS = (
@@ -111,13 +116,39 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
 
 
 def broker_setting(command: str, argv: Sequence[str]) -> tuple[str | None, str]:
-    """``(address, what set it)`` of the Kafka ``command argv`` is pointed at."""
-    flag, env = BROKER_SETTINGS.get(command, ("--bootstrap", "MYCROFT_BOOTSTRAP"))
+    """``(address, what set it)`` of the Kafka ``command argv`` is pointed at,
+    or ``(None, the settings that would)``."""
+    flag, section, field, older = BROKER_SETTINGS.get(
+        command, ("--bootstrap", "", "", "MYCROFT_BOOTSTRAP")
+    )
     if (value := flag_value(argv, flag)) is not None:
         return value, flag
-    if env and (value := os.environ.get(env)):
-        return value, env
-    return None, flag + (f" / {env}" if env else "")
+    own = f"MYCROFT_{section.upper()}__{field.upper()}" if section else None
+    for var in (own, older):
+        if var and (value := os.environ.get(var)):
+            return value, var
+    if section and (found := _from_config_file(argv, section, field)):
+        return found
+    names = " / ".join(n for n in (flag, own, older) if n)
+    return None, names
+
+
+def _from_config_file(
+    argv: Sequence[str], section: str, field: str
+) -> tuple[str, str] | None:
+    """``(value, where)`` of ``field`` in the config file's ``[section]``, if set;
+    a file that cannot be read is the command's to report."""
+    from mycroft.config import CONFIG_ENV, read_section  # noqa: PLC0415
+
+    given = flag_value(argv, "--config") or os.environ.get(CONFIG_ENV)
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    try:
+        value = read_section(path, section).get(field)
+    except MycroftError:
+        return None
+    return (str(value), f"{field} in [{section}] of {path}") if value else None
 
 
 def _unreachable_kafka(

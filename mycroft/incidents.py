@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -32,6 +33,7 @@ from typing import IO, Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import MycroftParser, mycroft_parser
 from mycroft.config import (
     add_config_flag,
@@ -46,6 +48,7 @@ from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
 from mycroft.incident_console import Console
 from mycroft.kafka_client import DecodingConsumer
+from mycroft.kafka_logging import client_logger
 from mycroft.kafka_security import (
     PLAINTEXT,
     KafkaSecurity,
@@ -85,7 +88,8 @@ class Source:
         Raises:
             BrokerError: the broker gave no metadata within ``timeout_s``.
         """
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.extra})
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, **self.extra}
+        admin = AdminClient(config | {"logger": client_logger()})
         try:
             meta = admin.list_topics(timeout=min(self.timeout_s, 10.0))
         except KafkaException as exc:
@@ -413,7 +417,7 @@ def run(s: IncidentsSettings, req: Request, out: IO[str] | None = None) -> int:
         follow(s.source(), console, stop, from_beginning=req.from_beginning)
     finally:
         stop.restore()
-    return 0
+    return int(ExitCode.INTERRUPTED) if stop.signum == signal.SIGINT else 0
 
 
 def _request(args: argparse.Namespace) -> Request:

@@ -23,11 +23,13 @@ import argparse
 import functools
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import ConfigError, MycroftError, SinkError
@@ -280,12 +282,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopSignal()
     stop.install()
     try:
-        return run(settings, stop)
+        code = run(settings, stop)
     except ConfigError:
         raise  # flags that do not combine: the mycroft command's usage error
     except MycroftError as exc:
         logger.error("mycroft sinks: %s", exc)
         return 1
+    if code == 0 and stop.signum == signal.SIGINT:
+        return int(ExitCode.INTERRUPTED)  # Ctrl-C, as every command; SIGTERM: 0
+    return code
 
 
 def run(s: SinksSettings, stop: StopSignal) -> int:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import faust
 from faust.types import TP
 
+from mycroft.cli_errors import ExitCode
 from mycroft.errors import ConfigError, DecodeError
 from mycroft.kafka_client import deadletter_headers
 from mycroft.schemas.codec import Codec
@@ -693,8 +694,23 @@ def build_app(
     return app, pipe
 
 
+class Worker(faust.Worker):
+    """Faust's worker, remembering whether Ctrl-C (SIGINT) stopped it.
+
+    Named ``Worker`` as Faust's: mode labels the log lines by class name, and
+    :data:`mycroft.streams.worker_process.READY_MARK` is ``[^Worker]: Ready``.
+    """
+
+    interrupted = False
+
+    def _on_sigint(self) -> None:
+        self.interrupted = True
+        super()._on_sigint()
+
+
 def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -> int:
-    """Create topics, then run a Faust worker until it is stopped; return its code."""
+    """Create topics, then run a Faust worker until it is stopped; return its
+    code: 0 after SIGTERM, 130 after Ctrl-C (SIGINT), as every command."""
     ensure_topics(settings)
     settings.data_path.mkdir(parents=True, exist_ok=True)
     if settings.stage == "split":
@@ -702,12 +718,13 @@ def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -
     else:
         app, pipe = build_app(settings, factory)
         pipe.metrics.serve(settings.metrics_port)
-    worker = faust.Worker(app, loglevel=settings.loglevel, quiet=True)
+    worker = Worker(app, loglevel=settings.loglevel, quiet=True)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+        if exc.code:
+            return int(exc.code)
+    return int(ExitCode.INTERRUPTED) if worker.interrupted else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

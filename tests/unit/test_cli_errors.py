@@ -181,6 +181,38 @@ def test_the_broker_from_the_environment_names_the_variable(
            f"Kafka at {closed_port}", "MYCROFT_BOOTSTRAP")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("argv", "variable", "section"),
+    [
+        (["incidents", "list"], "MYCROFT_INCIDENTS__BOOTSTRAP", "incidents"),
+        (["topics", "create"], "MYCROFT_TOPICS__BOOTSTRAP", "topics"),
+        (["streams", "worker"], "MYCROFT_STREAMS__BOOTSTRAP", "streams"),
+        (["replay", "{tmp}/x.trace"], "MYCROFT_REPLAY__KAFKA", "replay"),
+    ],
+    ids=["incidents", "topics", "streams", "replay"],
+)
+def test_the_broker_from_any_settings_layer_is_checked_and_named(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    closed_port: str,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    variable: str,
+    section: str,
+) -> None:
+    """The preflight finds the address where the command's settings would:
+    its own variable, then the [section] of the config file."""
+    args = [a.format(tmp=tmp_path) for a in argv]
+    monkeypatch.setenv(variable, closed_port)
+    _check(*_run(capsys, *args), UNAVAILABLE, f"Kafka at {closed_port}", variable)
+    monkeypatch.delenv(variable)
+    config = tmp_path / "mycroft.toml"
+    field = variable.rsplit("__", 1)[1].lower()
+    config.write_text(f'[{section}]\n{field} = "{closed_port}"\n', "utf-8")
+    _check(*_run(capsys, *args, "--config", str(config)), UNAVAILABLE,
+           f"Kafka at {closed_port}", f"[{section}] of {config}")  # fmt: skip
+
+
 def test_an_unreachable_opensearch(
     capsys: pytest.CaptureFixture[str], closed_port: str
 ) -> None:
