@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from render_bad_input import RENDERERS as BAD_INPUT_RENDERERS
+from render_ctrl_c import RENDERERS as CTRL_C_RENDERERS
 from render_general import RENDERERS as GENERAL_RENDERERS
 from render_perf import RENDERERS as PERF_RENDERERS
 from render_perf import fault_table
@@ -212,6 +213,7 @@ RENDERERS.update(TWO_STAGE_RENDERERS)
 RENDERERS.update(RELIABILITY_RENDERERS)
 RENDERERS.update(BAD_INPUT_RENDERERS)
 RENDERERS.update(GENERAL_RENDERERS)
+RENDERERS.update(CTRL_C_RENDERERS)
 
 
 def _generic(r: dict[str, Any]) -> list[str]:

@@ -33,6 +33,7 @@ from typing import IO, Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import MycroftParser, mycroft_parser
 from mycroft.config import (
@@ -149,9 +150,10 @@ def follow(
             f"({source.topics.rootcause}); Ctrl-C to stop"
         )
         console.start()
-        while not stop.is_set():
-            for _, record in consumer.poll(timeout_s=0.3):
-                console.show(record)
+        with BrokerWatch(source.bootstrap, "following resumes once it answers"):
+            while not stop.is_set():
+                for _, record in consumer.poll(timeout_s=0.3):
+                    console.show(record)
     finally:
         consumer.close()
 

@@ -9,6 +9,7 @@ bytes go to the dead-letter topic with the reason in headers.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,6 +218,13 @@ class ConsumerStats:
     by_reason: dict[str, int] = field(default_factory=dict)
 
 
+def _log_failed_commit(err: KafkaError | None, _partitions: list[Any]) -> None:
+    if err is not None and err.code() != KafkaError._NO_OFFSET:
+        log.warning(
+            "commit failed (%s): the next commit covers these records", err.str()
+        )
+
+
 class DecodingConsumer:
     """Consume Mycroft topics and decode values; bad ones go to the dead letters."""
 
@@ -241,6 +249,7 @@ class DecodingConsumer:
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": auto_commit,
                 "logger": client_logger(),
+                "on_commit": _log_failed_commit,
             }
             | (extra or {})
         )
@@ -299,16 +308,35 @@ class DecodingConsumer:
         )
         self._dlq.poll(0)
 
-    def commit(self) -> None:
-        """Commit the positions of everything polled so far, synchronously.
+    def commit(self, *, asynchronous: bool = False) -> None:
+        """Commit the positions of everything polled so far, once the dead
+        letters of those records were delivered (at most 10 s).
 
         Use with ``auto_commit=False`` to commit only after the records were
-        handled (at-least-once).
+        handled (at-least-once). ``asynchronous``: do not wait for the broker
+        (a synchronous commit waits as long as the group's coordinator is
+        away); a failure is logged, and the next commit covers these records.
         """
         self._dlq.flush(10)
-        self._consumer.commit(asynchronous=False)
+        if asynchronous:
+            self._consumer.commit(asynchronous=True)
+        else:
+            self._consumer.commit(asynchronous=False)
 
-    def close(self) -> None:
-        """Flush dead letters and leave the group."""
-        self._dlq.flush(10)
-        self._consumer.close()
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush dead letters and leave the group, waiting at most about
+        ``timeout_s`` for each: librdkafka's close waits for the group's
+        coordinator, for ever while Kafka is away. Not waiting costs the
+        graceful leave (the partitions move after the session timeout) and
+        an asynchronous commit still in flight (re-read after a restart)."""
+        self._dlq.flush(timeout_s)
+        closing = threading.Thread(
+            target=self._consumer.close, name="consumer-close", daemon=True
+        )
+        closing.start()
+        closing.join(timeout_s)
+        if closing.is_alive():
+            log.warning(
+                "leaving the consumer group took more than %g s (is Kafka "
+                "away?): not waiting", timeout_s,
+            )  # fmt: skip

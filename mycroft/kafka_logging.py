@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 LOGGER_NAME = "mycroft.librdkafka"
 EVERY_S = 30.0
@@ -64,8 +65,27 @@ class SelfRetried(logging.Filter):
         return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
 
 
+class ClientRateLimit(RateLimit):
+    """:class:`RateLimit` for the records of Kafka client libraries written
+    in Python (aiokafka, under Faust: ~100 lines a second while the broker is
+    away), as a handler filter; every other record passes."""
+
+    def __init__(self, prefixes: tuple[str, ...] = ("aiokafka",), **kw: Any) -> None:
+        super().__init__(**kw)
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` goes out."""
+        if not record.name.startswith(self.prefixes):
+            return True
+        return super().filter(record)
+
+
 def _facility(record: logging.LogRecord) -> str:
-    """librdkafka's facility (``FAIL``, ``GETPID``...) and client of a line."""
+    """librdkafka's facility (``FAIL``, ``GETPID``...) and client of a line;
+    for another library's line, its message template."""
+    if record.name != LOGGER_NAME:
+        return str(record.msg)
     args = record.args if isinstance(record.args, tuple) else ()
     # confluent-kafka logs "%s [%s] %s" with (facility, client name, message)
     # on some versions and a preformatted message on others.

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from mycroft.broker_watch import PRODUCING, BrokerWatch
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import ConfigError
@@ -116,7 +117,8 @@ def run(s: ReplaySettings) -> int:
         if s.create_topics:
             create_topics(s.kafka, topics, extra=extra)
         publisher = RecordPublisher(s.kafka, topics, extra=extra)
-        n = replay(s.file, publisher, s.speed)
+        with BrokerWatch(s.kafka, PRODUCING):
+            n = replay(s.file, publisher, s.speed)
     except ConfigError as exc:
         print(f"mycroft replay: {exc}", file=sys.stderr)
         return 2

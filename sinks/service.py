@@ -29,6 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from confluent_kafka import KafkaException
+
+from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
@@ -80,6 +83,7 @@ class ForwarderStats:
     dropped: int = 0
     retries: int = 0
     commits: int = 0
+    commit_failures: int = 0
     by_sink: dict[str, int] = field(default_factory=dict)
 
 
@@ -135,7 +139,15 @@ class Forwarder:
         for sink in self.sinks:
             self._retry(sink, sink.flush, "flush")
         if batch:
-            self._commit()
+            try:
+                self._commit()
+            except KafkaException as exc:  # Kafka went away mid-run: keep going
+                self.stats.commit_failures += 1
+                logger.warning(
+                    "commit failed (%s): the next batch commits these records "
+                    "too; until then a restart forwards them again", exc,
+                )  # fmt: skip
+                return len(batch)
             self.stats.commits += 1
             s = self.stats
             logger.info("committed %d records (total %d)", len(batch),
@@ -314,20 +326,25 @@ def run(s: SinksSettings, stop: StopSignal) -> int:
         topics.deadletter, auto_commit=False, extra=s.security.librdkafka(),
     )  # fmt: skip
 
+    # Asynchronous: a synchronous commit waits as long as the group's
+    # coordinator is away, and Ctrl-C must stop the sinks within 2 s. A commit
+    # that fails is covered by the next one (or re-forwarded after a restart).
     forwarder = Forwarder(
-        consumer, sinks, consumer.commit,
+        consumer, sinks, functools.partial(consumer.commit, asynchronous=True),
         backoff=Backoff(attempts=s.retries), stopping=stop,
     )  # fmt: skip
     logger.info("forwarding %s, %s to %s", topics.anomaly, topics.rootcause,
                 ", ".join(type(k).__name__ for k in sinks))  # fmt: skip
     code = 0
+    meanwhile = "the sinks keep what they were given and read on once it answers"
     try:
-        forwarder.run()
+        with BrokerWatch(s.bootstrap, meanwhile):
+            forwarder.run(poll_s=0.3)
     except SinkError as exc:
         logger.error("giving up, offsets not committed: %s", exc)
         code = 1
     finally:
-        consumer.close()
+        consumer.close(timeout_s=0.7)  # Ctrl-C stops the sinks within 2 s
         for close in closers:
             close()
     logger.info("stopped: %s", forwarder.stats)

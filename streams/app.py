@@ -22,7 +22,9 @@ split topic) and sends comm summaries; the ``job`` stage resolves them.
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -32,9 +34,11 @@ from typing import Any, Literal
 import faust
 from faust.types import TP
 
+from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
 from mycroft.errors import ConfigError, DecodeError
 from mycroft.kafka_client import deadletter_headers
+from mycroft.kafka_logging import ClientRateLimit
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import (
     Anomaly,
@@ -694,18 +698,47 @@ def build_app(
     return app, pipe
 
 
+INTERRUPT_GRACE_S = 1.5
+"""After Ctrl-C, how long the worker may take to stop cleanly before it exits
+anyway (Faust's shutdown waits on Kafka, for ever while the broker is away).
+Exiting then is a crash the design allows: the next start resumes from the
+changelog and the committed offsets, and reaches the same verdicts."""
+
+
 class Worker(faust.Worker):
-    """Faust's worker, remembering whether Ctrl-C (SIGINT) stopped it.
+    """Faust's worker, remembering whether Ctrl-C (SIGINT) stopped it, and
+    exiting :data:`INTERRUPT_GRACE_S` after it if the clean stop hangs.
 
     Named ``Worker`` as Faust's: mode labels the log lines by class name, and
     :data:`mycroft.streams.worker_process.READY_MARK` is ``[^Worker]: Ready``.
+    SIGTERM keeps Faust's clean stop, however long it takes.
     """
 
     interrupted = False
 
     def _on_sigint(self) -> None:
+        if not self.interrupted:
+            timer = threading.Timer(INTERRUPT_GRACE_S, _exit_interrupted)
+            timer.daemon = True
+            timer.start()
         self.interrupted = True
         super()._on_sigint()
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        """Faust's handlers, with aiokafka's repeated lines rate-limited."""
+        super().on_setup_root_logger(logger, level)
+        limit = ClientRateLimit()
+        for handler in logger.handlers:
+            handler.addFilter(limit)
+
+
+def _exit_interrupted() -> None:
+    log.warning(
+        "stopping took more than %g s after Ctrl-C (is Kafka away?): exiting "
+        "now; the next start resumes from the changelog", INTERRUPT_GRACE_S,
+    )  # fmt: skip
+    logging.shutdown()
+    os._exit(int(ExitCode.INTERRUPTED))
 
 
 def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -> int:
@@ -719,11 +752,19 @@ def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -
         app, pipe = build_app(settings, factory)
         pipe.metrics.serve(settings.metrics_port)
     worker = Worker(app, loglevel=settings.loglevel, quiet=True)
+    watch = BrokerWatch(
+        settings.bootstrap,
+        "the worker retries until it answers (it reads on where it stopped); "
+        "Faust's client lines about it show once a kind every 30 s",
+    )
+    watch.start()
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         if exc.code:
             return int(exc.code)
+    finally:
+        watch.close()
     return int(ExitCode.INTERRUPTED) if worker.interrupted else 0
 
 

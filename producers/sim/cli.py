@@ -61,16 +61,29 @@ class PacedWriter:
         self.inner.close()
 
 
+INTERRUPT_FLUSH_S = 1.0
+"""Longest wait for deliveries when the run is interrupted or failing: Ctrl-C
+stops ``simulate --kafka`` within 2 s, also with the broker gone."""
+
+
 class KafkaWriter:
-    """Publish records live through :class:`mycroft.kafka_client.RecordPublisher`."""
+    """Publish records live through :class:`mycroft.kafka_client.RecordPublisher`.
+
+    Attributes:
+        flush_s: how long :meth:`close` waits for outstanding deliveries.
+    """
 
     def __init__(self, bootstrap: str, prefix: str = "") -> None:
+        from mycroft.broker_watch import PRODUCING, BrokerWatch  # noqa: PLC0415
         from mycroft.kafka_client import RecordPublisher, create_topics  # noqa: PLC0415
         from mycroft.topics import TopicSet  # noqa: PLC0415
 
         topics = TopicSet(prefix)
         create_topics(bootstrap, topics)
         self.publisher = RecordPublisher(bootstrap, topics)
+        self.flush_s = 30.0
+        self._watch = BrokerWatch(bootstrap, PRODUCING)
+        self._watch.start()
 
     def write(self, record: Record, ts_ns: int) -> None:
         """Queue one record and serve delivery callbacks."""
@@ -79,7 +92,8 @@ class KafkaWriter:
 
     def close(self) -> None:
         """Wait for outstanding deliveries."""
-        left = self.publisher.flush()
+        self._watch.close()
+        left = self.publisher.flush(self.flush_s)
         stats = self.publisher.stats
         if left or stats.failed:
             log.warning(
@@ -223,12 +237,9 @@ def staged(targets: Sequence[Path]) -> Iterator[dict[Path, Path]]:
         path.parent.rmdir()
 
 
-def _writer(args: argparse.Namespace, cfg: SimConfig, out: Path | None) -> RecordWriter:
-    writer: RecordWriter = (
-        KafkaWriter(args.kafka, args.topic_prefix)
-        if out is None
-        else TraceFileWriter(out)
-    )
+def _paced(
+    args: argparse.Namespace, cfg: SimConfig, writer: RecordWriter
+) -> RecordWriter:
     realtime = bool(args.kafka) if args.realtime is None else args.realtime
     return PacedWriter(writer, cfg.start_ns, args.speed) if realtime else writer
 
@@ -242,9 +253,14 @@ def run(args: argparse.Namespace) -> SimResult:
     specs = [parse_spec(s) for s in args.fault]
     targets = [args.truth] if args.kafka else [args.out, args.truth]
     with staged(targets) as files:
-        writer = _writer(args, cfg, None if args.kafka else files[args.out])
+        kafka = KafkaWriter(args.kafka, args.topic_prefix) if args.kafka else None
+        writer = _paced(args, cfg, kafka or TraceFileWriter(files[args.out]))
         try:
             result = simulate(cfg, specs, writer)
+        except BaseException:
+            if kafka is not None:  # Ctrl-C or an error: do not wait 30 s on Kafka
+                kafka.flush_s = INTERRUPT_FLUSH_S
+            raise
         finally:
             writer.close()
         files[args.truth].write_text(json.dumps(result.truth(), indent=2) + "\n")

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from mycroft.kafka_client import producer_config
-from mycroft.kafka_logging import LOGGER_NAME, RateLimit, SelfRetried
+from mycroft.kafka_logging import LOGGER_NAME, ClientRateLimit, RateLimit, SelfRetried
 
 
 def _record(
@@ -74,3 +74,22 @@ def test_a_producer_logs_through_python_logging_not_stderr(
     assert fails and "Connect to" in fails[0].getMessage()
     assert len(fails) <= 2  # four seconds of retries: one line (and its count)
     assert "|FAIL|" not in capfd.readouterr().err  # librdkafka's own stderr format
+
+
+def test_aiokafka_lines_are_limited_by_template_and_others_pass():
+    now = [0.0]
+    limit = ClientRateLimit(every_s=30.0, clock=lambda: now[0])
+
+    def rec(name: str, msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, None)
+
+    conn = "Unable connect to node with id %s: %s"
+    passed = [limit.filter(rec("aiokafka.conn", conn, 1, "refused")) for _ in range(50)]
+    assert passed == [True] + [False] * 49
+    assert limit.filter(
+        rec("aiokafka.cluster", "Unable to update metadata from %s", [1])
+    )
+    assert all(limit.filter(rec("mycroft.streams.app", conn, 1, "x")) for _ in range(5))
+    now[0] = 30.0
+    again = rec("aiokafka.conn", conn, 1, "refused")
+    assert limit.filter(again) and "(49 similar lines held back)" in again.getMessage()

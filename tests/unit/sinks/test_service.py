@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
 from mycroft.errors import ConfigError, SinkError
@@ -70,6 +71,23 @@ def test_commit_after_every_sink_flushed() -> None:
     assert commits == [4]  # both records flushed to both sinks before the commit
     assert fw.step() == 0 and commits == [4]  # empty poll: no commit
     assert a.incidents.keys() == {"i-1"} and a.anomalies.keys() == {"a-1"}
+
+
+def test_a_failed_commit_is_retried_with_the_next_batch_not_fatal() -> None:
+    """Kafka gone between the poll and the commit: the service keeps running
+    and the next batch's commit covers both batches."""
+    sink = MemorySink()
+    calls: list[int] = []
+
+    def commit() -> None:
+        calls.append(len(sink.flushed))
+        if len(calls) == 1:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    fw = Forwarder(Source([anomaly()], [root_cause()]), [sink], commit)
+    assert fw.step() == 1 and fw.stats.commit_failures == 1 and fw.stats.commits == 0
+    assert fw.step() == 1 and fw.stats.commits == 1
+    assert calls == [1, 2]
 
 
 def test_other_records_are_skipped() -> None:
