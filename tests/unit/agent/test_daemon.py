@@ -20,6 +20,25 @@ from mycroft.topics import TopicSet
 from .test_spool_shipper import FakeTransport
 
 
+def _agent(
+    tmp_path: Path,
+    rings: Path,
+    tr: FakeTransport,
+    registry: CollectorRegistry,
+    retry_s: float = 1.0,
+) -> Agent:
+    """An agent reading ``rings``, shipping through ``tr``, metrics in ``registry``."""
+    spool = Spool(tmp_path / "spool", 1 << 20, 1 << 12)
+    return Agent(
+        job_id="j",
+        host="h",
+        source=RingSource(rings),
+        shipper=Shipper(spool, tr, retry_s=retry_s),
+        topics=TopicSet("p."),
+        metrics=AgentMetrics(registry),
+    )
+
+
 def test_tick_makes_state_completion_topology_and_heartbeat(tmp_path: Path) -> None:
     rings = tmp_path / "rings"
     rings.mkdir()
@@ -32,14 +51,7 @@ def test_tick_makes_state_completion_topology_and_heartbeat(tmp_path: Path) -> N
     w.flow_progress(8, 9, 1, 0, 0, 4, 2, 1, 0, 0)
     tr = FakeTransport()
     registry = CollectorRegistry()
-    agent = Agent(
-        job_id="j",
-        host="h",
-        source=RingSource(rings),
-        shipper=Shipper(Spool(tmp_path / "spool", 1 << 20, 1 << 12), tr),
-        topics=TopicSet("p."),
-        metrics=AgentMetrics(registry),
-    )
+    agent = _agent(tmp_path, rings, tr, registry)
     agent.tick()
     for i in range(20):  # the reader is behind by more than 8 slots: overwrites
         w.write(L.Beat(10 + i, i))
@@ -74,14 +86,7 @@ def test_metrics_agree_with_the_log_while_kafka_is_away(tmp_path: Path) -> None:
     w.write(L.Comm(1, 9, 8, 0, 1, 0))
     tr = FakeTransport()
     registry = CollectorRegistry()
-    agent = Agent(
-        job_id="j",
-        host="h",
-        source=RingSource(rings),
-        shipper=Shipper(Spool(tmp_path / "spool", 1 << 20, 1 << 12), tr, retry_s=0.0),
-        topics=TopicSet("p."),
-        metrics=AgentMetrics(registry),
-    )
+    agent = _agent(tmp_path, rings, tr, registry, retry_s=0.0)
     tr.hold, tr.down = True, "Kafka at 127.0.0.1:9 unreachable (no broker answers)"
     agent.shipper.pump()
     for i in range(3):
