@@ -71,14 +71,20 @@ class Source:
     topics: TopicSet
     timeout_s: float = 30.0
     extra: dict[str, str] = field(default_factory=dict)  # TLS/SASL settings
+    group_prefix: str = "mycroft-incidents"
 
     def consumer(self, names: list[str]) -> DecodingConsumer:
-        """A consumer of ``names`` from their beginning, in a group of its own."""
+        """A consumer of ``names`` from their beginning, in a group of its own.
+
+        Read-only: a reader never dead-letters (the worker and the sinks did,
+        once), so a subscriber credential that may only read the root-cause
+        topic can run it.
+        """
         return DecodingConsumer(
             self.bootstrap,
-            f"mycroft-incidents-{uuid.uuid4().hex[:12]}",
+            f"{self.group_prefix}-{uuid.uuid4().hex[:12]}",
             names,
-            self.topics.deadletter,
+            None,
             auto_commit=False,
             extra=dict(self.extra),
         )
@@ -204,6 +210,12 @@ class IncidentsSettings:
         shown="30",
         metavar="SECONDS",
     )
+    group_prefix: str = setting(
+        "mycroft-incidents",
+        "consumer groups are PREFIX-<random>: a subscriber credential may "
+        "use only the group prefix its ACL grants",
+        metavar="PREFIX",
+    )
     security: KafkaSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
@@ -227,6 +239,7 @@ class IncidentsSettings:
             TopicSet(self.topic_prefix),
             self.timeout,
             self.security.librdkafka(),
+            self.group_prefix,
         )
 
 

@@ -225,15 +225,27 @@ def _log_failed_commit(err: KafkaError | None, _partitions: list[Any]) -> None:
         )
 
 
+class DeadLettersPending(KafkaException):
+    """Dead letters of polled records were not delivered in time: the commit
+    was skipped, so a restart reads those records (and dead-letters them)
+    again instead of losing them."""
+
+
 class DecodingConsumer:
-    """Consume Mycroft topics and decode values; bad ones go to the dead letters."""
+    """Consume Mycroft topics and decode values; bad ones go to the dead letters.
+
+    ``deadletter_topic=None`` makes a read-only consumer (``mycroft incidents``,
+    a subscriber credential that may not produce): bad records are logged and
+    counted, not re-sent; whoever consumes the topic for real (the worker, the
+    sinks) dead-letters them once.
+    """
 
     def __init__(
         self,
         bootstrap: str,
         group_id: str,
         topic_names: Iterable[str],
-        deadletter_topic: str,
+        deadletter_topic: str | None,
         *,
         codec: Codec | None = None,
         extra: dict[str, Any] | None = None,
@@ -254,7 +266,11 @@ class DecodingConsumer:
             | (extra or {})
         )
         self._consumer.subscribe(list(topic_names))
-        self._dlq = Producer(producer_config(bootstrap, extra))
+        self._dlq = (
+            Producer(producer_config(bootstrap, extra))
+            if deadletter_topic is not None
+            else None
+        )
 
     def poll(
         self, timeout_s: float = 1.0, max_records: int = 500
@@ -296,9 +312,12 @@ class DecodingConsumer:
         return True
 
     def _dead_letter(self, msg: Message, err: DecodeError) -> None:
+        self.stats.by_reason[err.reason] = self.stats.by_reason.get(err.reason, 0) + 1
+        if self._dlq is None or self._dlq_topic is None:
+            log.warning("%s; skipped (read-only consumer)", err)
+            return
         log.warning("%s; sent to %s", err, self._dlq_topic)
         self.stats.dead_lettered += 1
-        self.stats.by_reason[err.reason] = self.stats.by_reason.get(err.reason, 0) + 1
         source = f"{err.topic}[{err.partition}]@{err.offset}"
         self._dlq.produce(
             self._dlq_topic,
@@ -308,16 +327,29 @@ class DecodingConsumer:
         )
         self._dlq.poll(0)
 
-    def commit(self, *, asynchronous: bool = False) -> None:
+    def commit(self, *, asynchronous: bool = False, flush_s: float = 10.0) -> None:
         """Commit the positions of everything polled so far, once the dead
-        letters of those records were delivered (at most 10 s).
+        letters of those records were delivered (waiting at most ``flush_s``).
 
         Use with ``auto_commit=False`` to commit only after the records were
         handled (at-least-once). ``asynchronous``: do not wait for the broker
         (a synchronous commit waits as long as the group's coordinator is
         away); a failure is logged, and the next commit covers these records.
+
+        Raises:
+            DeadLettersPending: dead letters still undelivered after
+                ``flush_s`` (Kafka away): nothing was committed; they stay
+                queued and the next commit tries again.
         """
-        self._dlq.flush(10)
+        if self._dlq is not None:
+            pending = self._dlq.flush(flush_s)
+            if pending:
+                raise DeadLettersPending(
+                    KafkaError(
+                        KafkaError._MSG_TIMED_OUT,
+                        f"{pending} dead letter(s) not delivered within {flush_s:g} s",
+                    )
+                )
         if asynchronous:
             self._consumer.commit(asynchronous=True)
         else:
@@ -329,7 +361,8 @@ class DecodingConsumer:
         coordinator, for ever while Kafka is away. Not waiting costs the
         graceful leave (the partitions move after the session timeout) and
         an asynchronous commit still in flight (re-read after a restart)."""
-        self._dlq.flush(timeout_s)
+        if self._dlq is not None:
+            self._dlq.flush(timeout_s)
         closing = threading.Thread(
             target=self._consumer.close, name="consumer-close", daemon=True
         )

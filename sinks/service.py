@@ -326,11 +326,13 @@ def run(s: SinksSettings, stop: StopSignal) -> int:
         topics.deadletter, auto_commit=False, extra=s.security.librdkafka(),
     )  # fmt: skip
 
-    # Asynchronous: a synchronous commit waits as long as the group's
-    # coordinator is away, and Ctrl-C must stop the sinks within 2 s. A commit
-    # that fails is covered by the next one (or re-forwarded after a restart).
+    # Asynchronous, and dead letters flushed for at most 0.5 s: a synchronous
+    # commit (or a flush) waits as long as Kafka is away, and Ctrl-C must stop
+    # the sinks within 2 s. A commit that fails or is skipped is covered by
+    # the next one (or the records are re-forwarded after a restart).
     forwarder = Forwarder(
-        consumer, sinks, functools.partial(consumer.commit, asynchronous=True),
+        consumer, sinks,
+        functools.partial(consumer.commit, asynchronous=True, flush_s=0.5),
         backoff=Backoff(attempts=s.retries), stopping=stop,
     )  # fmt: skip
     logger.info("forwarding %s, %s to %s", topics.anomaly, topics.rootcause,

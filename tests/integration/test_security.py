@@ -14,6 +14,8 @@ the processes' logs.
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import re
 import subprocess
 import sys
@@ -28,6 +30,8 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 
 from mycroft.errors import MycroftError
+from mycroft.incidents import IncidentsSettings, Request
+from mycroft.incidents import run as run_incidents
 from mycroft.infra.kafka_security import SecureKafkaBroker, User
 from mycroft.kafka_client import DecodingConsumer, RecordPublisher
 from mycroft.kafka_security import KafkaSecurity, Secret
@@ -202,6 +206,21 @@ def test_worker_reads_raw_and_subscriber_reads_its_root_cause(
         worker.stop()
     text = worker.log()
     assert not any(p in text for p in passwords(broker))
+
+
+def test_subscriber_lists_incidents(broker: SecureKafkaBroker) -> None:
+    """After the worker test: ``mycroft incidents list`` with the subscriber's
+    credential (it may only read the root-cause topic, in groups under its
+    prefix, and produce nothing: the reader never dead-letters)."""
+    settings = IncidentsSettings(
+        broker.bootstrap, topic_prefix=PREFIX, job="job-sec", timeout=60,
+        group_prefix=f"{SUB_GROUP}.incidents", security=broker.client("dashboard"),
+    )  # fmt: skip
+    out = io.StringIO()
+    assert run_incidents(settings, Request("list", as_json=True), out) == 0
+    rows = json.loads(out.getvalue())["incidents"]
+    assert [r["kind"] for r in rows] == ["hang"], out.getvalue()
+    assert rows[0]["subject"].startswith("rank 3 "), rows[0]
 
 
 def test_sinks_read_root_causes_and_the_workers_lag(broker: SecureKafkaBroker) -> None:
