@@ -63,6 +63,7 @@ from mycroft.streams.faust_runtime import (
     dump_changed,
     is_fresh,
     mark_sent,
+    next_first,
     rank_chunks,
     record_job,
     turns,
@@ -109,10 +110,14 @@ a 1,024-rank job would have made ~30,000."""
 EVALS_PER_STEP = 10
 """Evaluations of one job between two checks of the tick's time budget."""
 EVAL_BUDGET_S = 0.25
-"""Longest a tick evaluates one partition's jobs before it yields to the
+"""Longest a tick evaluates one partition's jobs (less what the partition's
+last snapshot took, when one is due in the same tick) before it yields to the
 event loop: a worker catching up on a backlog goes on at the next tick from
-where it stopped (the job's clock holds its place), so no single job blocks
-the others for long, and the outcome is the same."""
+where it stopped (the job's clock holds its place, and the jobs not served
+go first), so no single job blocks the others for long, and the outcome is
+the same."""
+MIN_EVAL_S = 0.05
+"""What a tick evaluates at least, however long its snapshot takes."""
 PRODUCE_SKEW_S = 1.0
 """How much later than a job's newest record another record of a partition
 must have been produced before that partition is taken as read past the job
@@ -238,6 +243,8 @@ class Pipeline:
         self.router = JobRouter(factory)
         self.counts: Counter[str] = Counter()
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
+        self.first_turn: dict[int, str | None] = {}  # job a tick serves first
+        self.snapshot_s: dict[int, float] = {}  # what the last snapshot took
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
         self.max_event_s = 0.0  # longest source event handled since the stats
@@ -501,23 +508,32 @@ class Pipeline:
         wall = time.monotonic()
         self.flush_rates(partition, time.time())
         where = await self.read_positions(partition)
-        deadline = wall + EVAL_BUDGET_S
+        due = wall >= self.next_snapshot.get(partition, 0.0)
+        # The snapshot is part of this event: leave it the time it last took.
+        spare = self.snapshot_s.get(partition, 0.0) if due else 0.0
+        deadline = wall + max(EVAL_BUDGET_S - spare, MIN_EVAL_S)
         read_s = {
             t: self.read_s.get((t, partition), 0.0)
             for t in set(self.type_topics.values())
         }
         slots = self.router.on_partition(partition)
-        for slot in turns(slots, lambda: time.monotonic() >= deadline):
+        first = self.first_turn.get(partition)
+        served: set[str] = set()
+        for slot in turns(slots, lambda: time.monotonic() >= deadline, first):
+            served.add(slot.job_id)
             source = job_source(where, read_s, slot.produced_s, self.type_topics)
             findings = slot.advance(source, wall, EVALS_PER_STEP)
             if findings:
                 slot.dirty = True
                 await self.emit(slot.job_id, findings)
+        self.first_turn[partition] = next_first(slots, served, first)
         for slot in slots:
             await self.report_invalid(slot.job_id, slot.engine)
             self.counts["held_jobs"] += slot.clock.held
-        if wall >= self.next_snapshot.get(partition, 0.0):
+        if due:
+            started = time.monotonic()
             await self.snapshot(partition)
+            self.snapshot_s[partition] = time.monotonic() - started
             # A big job's engine takes a while to pickle: space its snapshots
             # so that they cost at most SNAPSHOT_BUDGET of the worker's time.
             cost = time.monotonic() - wall

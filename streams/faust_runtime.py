@@ -30,7 +30,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 14  # 14: comm ids in anomaly and incident ids as 0x + 16 hex
+SNAPSHOT_VERSION = 15  # 15: hosts' flow history kept (14: comm ids as 0x + 16 hex)
 MAX_ANOMALY_IDS = 2048
 
 
@@ -132,20 +132,46 @@ class JobSlot:
 
 
 def turns(
-    slots: Sequence[JobSlot], out_of_time: Callable[[], bool]
+    slots: Sequence[JobSlot],
+    out_of_time: Callable[[], bool],
+    first: str | None = None,
 ) -> Iterator[JobSlot]:
     """The order in which a tick advances its jobs: in rounds, one step
     (``advance`` with an evaluation budget) per job per round, while some
-    job still holds what its clock could release and time is left. Every job
-    gets its first step; a job with a backlog (a flood, a worker catching
-    up) gets no more turns than any other held job, so it cannot starve
-    the jobs behind it."""
+    job still holds what its clock could release and time is left.
+
+    The first round starts at job ``first`` (when it is there) and stops,
+    like the others, once the time is out: with many jobs on a partition a
+    tick may serve some of them only, and the next one starts with the
+    first job this one did not serve (:func:`next_first`), so every job is
+    served within a few ticks and none blocks the event loop. A job with a
+    backlog (a flood, a worker catching up) gets no more turns than any
+    other held job, so it cannot starve the jobs behind it. At least one
+    step is taken per tick.
+    """
     pending = list(slots)
+    if first is not None:
+        at = next((i for i, s in enumerate(pending) if s.job_id == first), 0)
+        pending = pending[at:] + pending[:at]
+    stepped = False
     while pending:
-        yield from pending
-        if out_of_time():
-            return
+        for slot in pending:
+            if stepped and out_of_time():
+                return
+            stepped = True
+            yield slot
         pending = [s for s in pending if s.clock.held]
+
+
+def next_first(
+    slots: Sequence[JobSlot], served: set[str], first: str | None
+) -> str | None:
+    """The job the next tick's :func:`turns` starts with: the first one after
+    ``first`` (in its rotated order) that this tick did not serve; None when
+    every job was served."""
+    ids = [s.job_id for s in slots]
+    at = ids.index(first) if first in ids else 0
+    return next((j for j in ids[at:] + ids[:at] if j not in served), None)
 
 
 def dump_slot(slot: JobSlot) -> bytes:

@@ -622,22 +622,6 @@ class RecentStats:
         rows = rows[np.lexsort((seq[rows], comm[rows], end[rows]))]
         return [kept[i] for i in rows.tolist()]
 
-    def newest_ns(self) -> int:
-        """Completion of the newest kept collective (0 when empty)."""
-        return max(
-            (kept[-1].last_end_ns for kept in self._by_comm.values() if kept), default=0
-        )
-
-    def kept_since(self, t_ns: int) -> RecentStats:
-        """A copy holding the collectives that ended at or after ``t_ns``
-        (snapshots), the same ops in the same order per comm."""
-        out = RecentStats(self.per_comm)
-        for comm, ops in self._by_comm.items():
-            kept = [s for s in ops if s.last_end_ns >= t_ns]
-            if kept:
-                out._by_comm[comm] = deque(kept, maxlen=self.per_comm)
-        return out
-
     def __getstate__(self) -> tuple[int, np.ndarray, np.ndarray]:
         """Pickle (worker snapshots) as columns: see :func:`pack_stats`."""
         ops = list(chain.from_iterable(self._by_comm.values()))

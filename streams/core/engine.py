@@ -142,20 +142,6 @@ class Analyzer:
         self._emitted: set[str] = set()
         self.duplicates = 0
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle (worker snapshots) with only the completed collectives that
-        root cause may still read: those since the open incident's onset, and
-        the last half second (a slowdown that fires right after a
-        restore looks back to its op's issue). Baselines keep what was
-        learned from the rest."""
-        state = dict(self.__dict__)
-        if len(self.stats):
-            since = self.stats.newest_ns() - _SNAPSHOT_STATS_NS
-            if self.incident is not None:
-                since = min(since, self.incident.onset_ns)
-            state["stats"] = self.stats.kept_since(since)
-        return state
-
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a snapshot (one taken before the record gate has none)."""
         self.__dict__.update(state)
@@ -455,10 +441,6 @@ def _published_top(inc: Incident) -> tuple[object, ...] | None:
         top = published[0]
         return top if isinstance(top, tuple) else None
     return None
-
-
-_SNAPSHOT_STATS_NS = 500_000_000
-"""Completed collectives kept in a snapshot when no incident is open, ns."""
 
 
 def _incident_id(a: Anomaly) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import random
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -81,11 +82,13 @@ def _live(
     seed: int,
     skew: int,
     every: int,
-    restart_at: int = -1,
+    restart_at: int | Collection[int] = -1,
     max_evals: int = 0,
 ) -> tuple[list[str], dict[str, Verdict]]:
     """Feed the arrival order through an EventClock, advancing every ``every``
-    records (a worker's timer), with a pickle round trip at ``restart_at``."""
+    records (a worker's timer), with a pickle round trip at ``restart_at``
+    (one index or several)."""
+    restarts = {restart_at} if isinstance(restart_at, int) else set(restart_at)
     arrival = _arrival(records, seed, skew)
     totals = defaultdict(int)
     for k, _ in arrival:
@@ -100,7 +103,7 @@ def _live(
     for i, (k, (_, rec)) in enumerate(arrival):
         clock.push(rec, record_time_ns(rec))  # the record's own time, as live
         read[k] += 1
-        if i == restart_at:
+        if i in restarts:
             clock, engine = pickle.loads(pickle.dumps((clock, engine)))
         if i % every == 0:
             found += clock.advance(engine, source, max_evals=max_evals)
@@ -133,6 +136,26 @@ def test_restart_mid_incident_keeps_the_verdicts() -> None:
     offline = _offline(records)
     n = len(records)
     assert _live(records, 9, 40, 11, restart_at=int(n * 0.6)) == offline
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "nic-bandwidth:rank=9,at=5,severity=0.7",
+        "pcie-downgrade:at=5",
+        "proxy-delay:at=5",
+    ],
+)
+def test_restarts_during_a_slowdown_keep_its_culprits(fault: str) -> None:
+    """A snapshot holds what a slowdown's root cause reads (the hosts' flow
+    history, the recent collectives), so restarts every ~1 s of a 16 s job,
+    one within a second of each root-cause refresh, change nothing."""
+    records = _trace(fault, 2)
+    offline = _offline(records)
+    assert offline[1], "the fault must give a root cause offline"
+    n = len(records)
+    restarts = range(n // 16, n, n // 16)
+    assert _live(records, 5, 40, 11, restart_at=restarts) == offline
 
 
 def test_canonical_order_is_the_simulators_write_order() -> None:

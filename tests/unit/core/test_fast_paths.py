@@ -327,9 +327,6 @@ def test_a_busy_comm_does_not_flush_the_others_recent_ops() -> None:
         (2, s) for s in range(996, 1000)
     ]
     assert [s.seq for s in recent.since(1009 * MS)] == [998, 999]
-    assert recent.newest_ns() == 1010 * MS
-    kept = recent.kept_since(1009 * MS)
-    assert [(s.comm, s.seq) for s in kept] == [(2, 998), (2, 999)]
     assert len(recent) == 5
 
 
