@@ -108,7 +108,8 @@ a 1,024-rank job would have made ~30,000."""
 
 
 EVALS_PER_STEP = 10
-"""Evaluations of one job between two checks of the tick's time budget."""
+"""Most evaluations of one job per turn of a tick (the tick's time budget is
+checked after each): a job with a backlog yields to the others' turns."""
 EVAL_BUDGET_S = 0.25
 """Longest a tick evaluates one partition's jobs (less what the partition's
 last snapshot took, when one is due in the same tick) before it yields to the
@@ -519,10 +520,13 @@ class Pipeline:
         slots = self.router.on_partition(partition)
         first = self.first_turn.get(partition)
         served: set[str] = set()
-        for slot in turns(slots, lambda: time.monotonic() >= deadline, first):
+        def out_of_time() -> bool:
+            return time.monotonic() >= deadline
+
+        for slot in turns(slots, out_of_time, first):
             served.add(slot.job_id)
             source = job_source(where, read_s, slot.produced_s, self.type_topics)
-            findings = slot.advance(source, wall, EVALS_PER_STEP)
+            findings = slot.advance(source, wall, EVALS_PER_STEP, out_of_time)
             if findings:
                 slot.dirty = True
                 await self.emit(slot.job_id, findings)

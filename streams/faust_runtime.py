@@ -121,12 +121,17 @@ class JobSlot:
         self.dirty, self.seen_s = True, wall_s
 
     def advance(
-        self, source: Callable[[str], Source], wall_s: float, max_evals: int = 0
+        self,
+        source: Callable[[str], Source],
+        wall_s: float,
+        max_evals: int = 0,
+        out_of_time: Callable[[], bool] | None = None,
     ) -> list[Finding | CommSummary]:
-        """Release what the watermark passed into the engine; return findings."""
+        """Release what the watermark passed into the engine; return findings
+        (``max_evals``, ``out_of_time``: see ``EventClock.advance``)."""
         idle = max(0.0, wall_s - self.seen_s) if self.seen_s else 0.0
         out: list[Finding | CommSummary] = self.clock.advance(
-            self.engine, source, idle, max_evals
+            self.engine, source, idle, max_evals, out_of_time
         )
         return out
 

@@ -174,11 +174,16 @@ class EventClock:
     held: bool = False  # the last advance stopped at its evaluation budget
     _heap: list[tuple[int, int, str, int, int, Any]] = field(default_factory=list)
     _arrivals: Any = field(default_factory=itertools.count, repr=False)
+    _out_of_time: Callable[[], bool] | None = field(
+        default=None, repr=False, compare=False
+    )  # the current advance's deadline
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the arrival counter (restarted from the heap size)."""
+        """Pickle without the arrival counter (restarted from the heap size)
+        and without the current advance's deadline."""
         state = dict(self.__dict__)
         state["_arrivals"] = len(self._heap)
+        state["_out_of_time"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -234,16 +239,19 @@ class EventClock:
         source: Callable[[str], Source],
         idle_wall_s: float = 0.0,
         max_evals: int = 0,
+        out_of_time: Callable[[], bool] | None = None,
     ) -> list[Any]:
         """Release the records the watermark passed; evaluate; return findings.
 
         ``idle_wall_s``: wall seconds since the job's last record; past
         ``config.idle_s`` with every stream read to its end the job is quiet
         (module docstring). ``max_evals`` (``0``: no limit) bounds the
-        evaluations of one call: a worker catching up on a backlog stops
+        evaluations of one call, and ``out_of_time`` (asked after each
+        evaluation) ends it early: a worker catching up on a backlog stops
         there and goes on at its next call, from the same place, so the
         outcome is the same.
         """
+        self._out_of_time = out_of_time
         quiet = (
             idle_wall_s >= self.config.idle_s
             and bool(self.streams)
@@ -309,7 +317,7 @@ class EventClock:
             while self.next_eval_ns <= end and budget != 0:
                 out.extend(engine.evaluate(self.next_eval_ns))
                 self.next_eval_ns += cfg.cadence_ns
-                budget -= budget > 0
+                budget = self._spent(budget)
             if budget == 0:
                 return 0
             skip = (t_ns - self.next_eval_ns) // cfg.cadence_ns
@@ -318,5 +326,12 @@ class EventClock:
         while self.next_eval_ns <= t_ns and budget != 0:
             out.extend(engine.evaluate(self.next_eval_ns))
             self.next_eval_ns += self.config.cadence_ns
-            budget -= budget > 0
+            budget = self._spent(budget)
         return budget
+
+    def _spent(self, budget: int) -> int:
+        """The evaluation budget after one evaluation: one less (``-1``
+        stays unlimited), 0 when the caller's time is out."""
+        if self._out_of_time is not None and self._out_of_time():
+            return 0
+        return budget - (budget > 0)

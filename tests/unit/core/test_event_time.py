@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import random
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import pytest
@@ -77,6 +78,12 @@ def _arrival(records: list[Any], seed: int, skew: int) -> list[tuple[str, Any]]:
     return out
 
 
+def _deadline(every: int) -> Callable[[], bool]:
+    """A deadline that passes after every ``every`` evaluations."""
+    asked = itertools.count(1)
+    return lambda: next(asked) % every == 0
+
+
 def _live(
     records: list[Any],
     seed: int,
@@ -84,10 +91,12 @@ def _live(
     every: int,
     restart_at: int | Collection[int] = -1,
     max_evals: int = 0,
+    time_out_every: int = 0,
 ) -> tuple[list[str], dict[str, Verdict]]:
     """Feed the arrival order through an EventClock, advancing every ``every``
     records (a worker's timer), with a pickle round trip at ``restart_at``
-    (one index or several)."""
+    (one index or several); ``time_out_every``: a deadline that passes after
+    every that many evaluations (0: never)."""
     restarts = {restart_at} if isinstance(restart_at, int) else set(restart_at)
     arrival = _arrival(records, seed, skew)
     totals = defaultdict(int)
@@ -106,7 +115,10 @@ def _live(
         if i in restarts:
             clock, engine = pickle.loads(pickle.dumps((clock, engine)))
         if i % every == 0:
-            found += clock.advance(engine, source, max_evals=max_evals)
+            out_of_time = _deadline(time_out_every) if time_out_every else None
+            found += clock.advance(
+                engine, source, max_evals=max_evals, out_of_time=out_of_time
+            )
     found += clock.finish(engine)
     assert clock.late == 0
     return _verdicts(found)
@@ -129,6 +141,14 @@ def test_same_verdicts_whatever_the_read_order(fault: str | None, seed: int) -> 
     for skew, every, evals in [(1, 1, 0), (40, 7, 0), (400, 97, 2)]:
         live = _live(records, seed + skew, skew, every, max_evals=evals)
         assert live == offline, (skew, every, evals)
+
+
+def test_a_deadline_mid_advance_changes_nothing() -> None:
+    """A tick out of time stops the job's advance after an evaluation; the
+    next advance goes on from there, to the same verdicts."""
+    records = _trace("gpu-hang:rank=5,at=6", 1)
+    offline = _offline(records)
+    assert _live(records, 4, 40, 7, time_out_every=2) == offline
 
 
 def test_restart_mid_incident_keeps_the_verdicts() -> None:
