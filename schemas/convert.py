@@ -256,7 +256,8 @@ def _anomaly(d: Datum) -> Anomaly:
 
 
 def _culprit_datum(c: Culprit) -> Datum:
-    return vars(c) | {
+    datum = {k: v for k, v in vars(c).items() if k != "rules"}
+    return datum | {
         "component": c.component.value,
         "kind": c.kind.value,
         "ranks": list(c.ranks),
