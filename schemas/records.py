@@ -184,7 +184,7 @@ class Culprit:
     host, ``ranks`` all of its ranks) or ``link`` (the flow ``rank -> peer``).
     ``rank`` is always one rank of the culprit, the one with the strongest
     evidence. ``rules`` names the scoring rules behind it, in the order they
-    fired (``streams/core/evidence.py``; not carried by the Avro record).
+    fired (``streams/core/evidence.py``; RootCause.3 on).
     """
 
     rank: int
