@@ -106,6 +106,7 @@ def culprit_json(c: Culprit) -> dict[str, Any]:
         "kind": c.kind.value,
         "confidence": c.confidence,
         "reason": c.reason,
+        "rules": list(c.rules),
     }
 
 

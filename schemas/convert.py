@@ -260,6 +260,7 @@ def _culprit_datum(c: Culprit) -> Datum:
         "component": c.component.value,
         "kind": c.kind.value,
         "ranks": list(c.ranks),
+        "rules": list(c.rules),
     }
 
 
@@ -268,7 +269,7 @@ def _evidence_datum(e: Evidence) -> Datum:
 
 
 def _culprit(c: Datum) -> Culprit:
-    # A comm summary's culprits (its own schema) have no scope fields.
+    # A comm summary's culprits (its own schema) have no scope fields or rules.
     return Culprit(
         **(
             c
@@ -276,6 +277,7 @@ def _culprit(c: Datum) -> Culprit:
                 "component": Component(c["component"]),
                 "kind": FaultKind(c["kind"]),
                 "ranks": tuple(c.get("ranks", ())),
+                "rules": tuple(c.get("rules", ())),
             }
         )
     )

@@ -183,7 +183,8 @@ class Culprit:
     (the NIC ``device`` of ``host``, shared by ``ranks``), ``host`` (the whole
     host, ``ranks`` all of its ranks) or ``link`` (the flow ``rank -> peer``).
     ``rank`` is always one rank of the culprit, the one with the strongest
-    evidence.
+    evidence. ``rules`` names the scoring rules behind it, in the order they
+    fired (``streams/core/evidence.py``; RootCause.3 on).
     """
 
     rank: int
@@ -197,6 +198,7 @@ class Culprit:
     scope: str = "rank"
     device: str | None = None
     ranks: tuple[int, ...] = ()
+    rules: tuple[str, ...] = ()
 
     def subject(self) -> str:
         """The culprit in words: ``NIC mlx5_0 of node0004 (ranks 32, 33)``,

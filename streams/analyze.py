@@ -7,7 +7,8 @@ first record in the trace (``2026-01-01T00:00:07.800Z (+7.800 s)``) and comm
 ids as ``0x`` and 16 hex digits. With ``--json`` the output is
 ``{"anomalies": [...], "root_causes": [...], "jobs": {...}}``: one root-cause
 row per culprit of the *latest revision* of each incident, incidents ordered
-by detection time, each incident's best culprit first; ``jobs`` gives each
+by detection time, each incident's best culprit first, with the scoring
+rules behind it (``rules``, ``streams/core/README.md``); ``jobs`` gives each
 job's first record (``start_s``, ``start_at``). Times are Unix epoch seconds
 of the trace clock (``*_s``) and the same as ISO-8601 strings (``*_at``).
 No truth file is ever read.

@@ -27,12 +27,10 @@ from dataclasses import replace
 
 from mycroft.schemas.records import Culprit
 from mycroft.schemas.vocab import Component
+from mycroft.streams.core.scoring import MAX_CONFIDENCE
 from mycroft.streams.core.topology import JobTopology
 
 __all__ = ["MAX_CONFIDENCE", "scope_culprits"]
-
-MAX_CONFIDENCE = 0.99
-"""Cap of a folded culprit's confidence: the rules never claim certainty."""
 
 
 def scope_culprits(culprits: Sequence[Culprit], topo: JobTopology) -> list[Culprit]:

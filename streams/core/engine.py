@@ -44,8 +44,9 @@ from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import explain_hang
 from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_ports import port_failed
-from mycroft.streams.core.rca_slow import HOSTWIDE_CONF, explain_slowdown
+from mycroft.streams.core.rca_slow import explain_slowdown
 from mycroft.streams.core.record_gate import RecordGate
+from mycroft.streams.core.scoring import HOSTWIDE_CONF
 from mycroft.streams.core.topology import JobTopology
 
 Finding: TypeAlias = Anomaly | RootCause

@@ -37,7 +37,9 @@ from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer, Incident
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import terminal_groups
+from mycroft.streams.core.scoring import weight
 from mycroft.streams.core.topology import JobTopology
 
 FOLLOW_SHARE = 0.5
@@ -172,10 +174,11 @@ def _order_deadlock(
                 host=hosts.get(r, ""),
                 component=Component.HOST,
                 kind=FaultKind.HANG,
-                confidence=0.9 / len(ranks),
+                confidence=weight(Rule.COMM_ORDER_CYCLE) / len(ranks),
                 reason=f"order deadlock: rank {r} is stuck in comm {comm_hex(comm)} "
                 f"while ranks {sorted(classes[major])[:8]} are stuck in comm "
                 f"{comm_hex(major)}; each waits in an op the other side never issued",
+                rules=(Rule.COMM_ORDER_CYCLE.value,),
             )
             for r in sorted(ranks)
         )

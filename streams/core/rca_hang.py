@@ -14,7 +14,6 @@ transmitted, done of the frozen flows):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
@@ -23,31 +22,12 @@ from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.text import comm_hex, iso
 from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
 from mycroft.streams.core.detect import DetectContext, lost_ranks
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
 from mycroft.streams.core.rca_ports import score_port_events
+from mycroft.streams.core.scoring import plus, unconsumed_score, weight
+from mycroft.streams.core.suspect import Suspect, rank_suspects
 from mycroft.streams.core.topology import JobTopology
-
-
-@dataclass
-class Suspect:
-    """Accumulated evidence against one rank."""
-
-    rank: int
-    scores: dict[Component, float] = field(default_factory=dict)
-    flow: tuple[int, int] | None = None  # (peer, channel)
-    reasons: list[str] = field(default_factory=list)
-
-    def add(self, comp: Component, score: float, reason: str) -> None:
-        """Add ``score`` for ``comp`` with a human reason."""
-        self.scores[comp] = self.scores.get(comp, 0.0) + score
-        self.reasons.append(reason)
-
-    @property
-    def best(self) -> tuple[Component, float]:
-        """Return the highest-scored component and its score."""
-        comp = max(self.scores, key=lambda c: self.scores[c])
-        return comp, self.scores[comp]
-
 
 _ALIVE_MARGIN_NS = 1_000_000
 """Same-clock progress this much after a flow froze proves a NIC still works
@@ -55,6 +35,9 @@ _ALIVE_MARGIN_NS = 1_000_000
 _SKEW_MARGIN_NS = 50_000_000
 """Progress this much later on another host's clock counts as later
 (clock offsets between hosts stay well below it)."""
+FIRST_STOP_LEAD_NS = 5_000_000
+"""A suspect stopped first when the next one stopped this much later: beyond
+the clock offsets between hosts."""
 
 
 def _frozen_send(flows: np.ndarray, rank: int) -> np.ndarray:
@@ -77,18 +60,20 @@ def _score_lost(
         first = gt[np.argmin(gt["last_ns"])]
         sus.flow = (int(first["peer"]), int(first["channel"]))
         sus.add(
-            Component.NIC,
-            2.0,
+            Rule.LOST_FROZEN_SEND,
             f"last send flows frozen ready-not-sent (G>T) "
             f"on {len(gt)} flow(s) before rank {sus.rank} went silent",
+            flow=sus.flow,
         )
     elif len(nic_mates) > 1 and set(nic_mates) <= lost and not set(host_mates) <= lost:
-        sus.add(Component.NIC, 1.5, f"every rank on NIC of rank {sus.rank} went silent")
+        sus.add(
+            Rule.NIC_ALL_RANKS_LOST, f"every rank on NIC of rank {sus.rank} went silent"
+        )
     elif how == "host":
         sus.add(
-            Component.HOST, 1.5, f"host {ctx.topo.host_of(sus.rank)} stopped reporting"
+            Rule.HOST_STOPPED, f"host {ctx.topo.host_of(sus.rank)} stopped reporting"
         )
-        sus.add(Component.NIC, 0.5, "host unreachable: its NIC may be down")
+        sus.add(Rule.HOST_STOPPED_NIC, "host unreachable: its NIC may be down")
     elif not _in_op(ctx, sus.rank):
         # Everything it issued completed and it issued nothing since, but
         # its own liveness beat (rc seen_ns) went stale or its rows vanished
@@ -96,17 +81,15 @@ def _score_lost(
         # alive-but-idle rank that never issued the op keeps beating: that
         # is the host-side stall scored in explain_hang.)
         sus.add(
-            Component.PROCESS,
-            2.0,
+            Rule.DIED_IDLE,
             f"rank {sus.rank} completed all it issued, then its liveness "
             f"beat stopped ({how} stale) while peers wait in its next op: "
             "the process died while idle",
         )
-        sus.add(Component.HOST, 1.0, "or its host thread stopped feeding it")
+        sus.add(Rule.DIED_IDLE_HOST, "or its host thread stopped feeding it")
     else:
         sus.add(
-            Component.PROCESS,
-            2.0,
+            Rule.RECORDS_STOPPED,
             f"rank {sus.rank}'s records stopped ({how}) "
             "while its host still reports and peers wait",
         )
@@ -195,10 +178,10 @@ def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one modul
         key = (peer, int(f["comm"]), int(f["seq"]))
         if peer in stuck or key not in present:
             sus.add(
-                Component.NIC,
-                0.3,
+                Rule.SEND_TO_UNREADY,
                 f"send flow {r}->{peer} ch {ch} G>T toward a receiver not ready "
                 "(remote cause)",
+                flow=(peer, ch),
             )
             sus.flow = sus.flow or (peer, ch)
             continue
@@ -210,10 +193,10 @@ def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one modul
         if cross and _nic_moved_after(flows, topo, r, froze, _ALIVE_MARGIN_NS):
             other = blame(peer)
             other.add(
-                Component.NIC,
-                1.5,
+                Rule.RECEIVER_NIC_STOPPED,
                 f"rank {r}'s data to rank {peer} froze (G>T) while rank {r}'s "
                 "NIC kept working: the receiving NIC stopped",
+                flow=(r, ch),
             )
             other.flow = other.flow or (r, ch)
             continue
@@ -227,10 +210,10 @@ def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one modul
             other = blame(peer)
             if Component.NIC not in other.scores:
                 other.add(
-                    Component.NIC,
-                    1.0,
+                    Rule.RECEIVER_NIC_SILENT,
                     f"or the receiving NIC: rank {r}'s data to rank {peer} froze "
                     f"(G>T) and rank {peer}'s NIC moved nothing since",
+                    flow=(r, ch),
                 )
                 other.flow = other.flow or (r, ch)
     return n_local
@@ -254,10 +237,10 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
     n_local = _score_frozen_sends(sus, flows, gt, gt_mask, present, blame, topo)
     if n_local:
         sus.add(
-            Component.NIC,
-            1.5 + n_local / max(len(sends), 1),
+            Rule.FROZEN_READY_NOT_SENT,
             f"{n_local} send flow(s) frozen ready but not transmitted (G>T) "
             "to a receiver that is ready",
+            score=plus(Rule.FROZEN_READY_NOT_SENT, n_local / max(len(sends), 1)),
         )
     into = gsend[
         (gsend["peer"] == r)
@@ -266,10 +249,11 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
         )
     ]
     if len(into):
+        share = weight(Rule.SENT_NOT_DONE_INTO) * len(into) / max(len(flows), 1)
         sus.add(
-            Component.NIC,
-            0.5 + 0.5 * len(into) / max(len(flows), 1),
+            Rule.SENT_NOT_DONE_INTO,
             f"{len(into)} peer send flow(s) to rank {r} transmitted, never done (T>D)",
+            score=plus(Rule.SENT_NOT_DONE_INTO, share),
         )
         if sus.flow is None:
             sus.flow = (int(into["rank"][0]), int(into["channel"][0]))
@@ -292,8 +276,7 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
         )
         if peers_moved:
             sus.add(
-                Component.GPU,
-                2.0,
+                Rule.NEVER_MOVED,
                 f"rank {r} is in the op but never moved a chunk while its "
                 "peers did (G=T=D=0: kernel never ran)",
             )
@@ -319,13 +302,13 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
             if len(sends)
             else 0.0
         )
-        sus.scores.setdefault(Component.GPU, 0.0)
+        sus.consider(Component.GPU)
         if got > made and held > 0:
             sus.add(
-                Component.GPU,
-                1.0 + 4.0 * (got - made) + held,
+                Rule.UNCONSUMED_INPUT,
                 f"holds input it did not consume (arrived {got:.0%}, "
                 f"consumed {got - held:.0%}, produced {made:.0%}; G=T=D frozen)",
+                score=unconsumed_score(got, made, held),
             )
 
 
@@ -351,8 +334,7 @@ def _score_unresolved(
         return
     for r in sorted(group):
         blame(r).add(
-            Component.GPU,
-            1.0,
+            Rule.MUTUAL_UNSTARTED,
             f"ranks {sorted(group)[:8]} wait on each other in an op none of "
             "them moved a chunk in (G=T=D=0 on every flow): one of their "
             "kernels never ran; the counters cannot tell which",
@@ -373,15 +355,14 @@ def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
         return
     order = sorted(stops, key=lambda r: stops[r])
     first, second = order[0], order[1]
-    if stops[second] - stops[first] > 5_000_000:  # beyond clock offset tolerance
+    if stops[second] - stops[first] > FIRST_STOP_LEAD_NS:
         sus = suspects[first]
-        sus.scores.setdefault(Component.GPU, 0.0)
-        comp = max(sus.scores, key=lambda c: sus.scores[c])
+        sus.consider(Component.GPU)
         sus.add(
-            comp,
-            0.75,
+            Rule.FIRST_TO_STOP,
             f"rank {first} stopped progressing first "
             f"({(stops[second] - stops[first]) / 1e6:.0f} ms before the next)",
+            component=sus.best[0],
         )
 
 
@@ -428,8 +409,7 @@ def _score_order_cycle(
             first = int(mine["issue_ns"].min()) if len(mine) else None
             when = f" (issued at {iso(first)})" if first is not None else ""
             blame(r).add(
-                Component.HOST,
-                2.5,
+                Rule.ORDER_CYCLE,
                 f"order deadlock: rank {r} issued comm {comm_hex(min(cs))}'s op first"
                 f"{when}, while ranks {sorted(classes[major])[:8]} issued comm "
                 f"{comm_hex(min(major))}'s first; each waits in an op the other side "
@@ -480,8 +460,7 @@ def explain_hang(
             elif r not in busy_ranks:
                 waiters = sorted(g.predecessors(r))
                 sus.add(
-                    Component.HOST,
-                    2.0,
+                    Rule.NEVER_ISSUED,
                     f"rank {r} is alive but never issued the "
                     f"op ranks {waiters[:8]} wait in",
                 )
@@ -503,7 +482,7 @@ def explain_hang(
     since = now_ns - ctx.cfg.history_ns if since_ns is None else since_ns
     score_port_events(ctx, suspects, since)
     evidence.extend(_chain(g, start, suspects))
-    return _rank(ctx, suspects, FaultKind.HANG), evidence
+    return rank_suspects(ctx.topo, suspects, FaultKind.HANG), evidence
 
 
 def _chain(
@@ -527,30 +506,4 @@ def _chain(
                 break
         for why in suspects[target].reasons:
             out.append(Evidence(why, target))
-    return out
-
-
-def _rank(
-    ctx: DetectContext, suspects: dict[int, Suspect], kind: FaultKind
-) -> list[Culprit]:
-    scored = [(sus.best, sus) for sus in suspects.values() if sus.scores]
-    scored = [x for x in scored if x[0][1] > 0] or scored
-    total = sum(max(sc, 0.0) for (_, sc), _ in scored) or 1.0
-    scored.sort(key=lambda x: (-x[0][1], x[1].rank))
-    out: list[Culprit] = []
-    for (comp, sc), sus in scored[:8]:
-        with_flow = comp in (Component.NIC, Component.NETWORK, Component.PROXY)
-        peer, ch = sus.flow if (sus.flow and with_flow) else (None, None)
-        out.append(
-            Culprit(
-                rank=sus.rank,
-                host=ctx.topo.host_of(sus.rank),
-                component=comp,
-                kind=kind,
-                confidence=round(min(0.99, max(sc, 0.0) / total), 3),
-                peer=peer,
-                channel=ch,
-                reason="; ".join(sus.reasons[:3]),
-            )
-        )
     return out

@@ -5,12 +5,14 @@ transfer (a pipeline send/recv between two hosts) they blame both ends: the
 sender's sends freeze ready but untransmitted, the receiver moves nothing.
 A port that went down, or flapped, is the end at fault. When some
 data-path suspects' ports went down and others' stayed up, the first get
-``PORT_SCORE`` on nic, plus their other data-path scores (a dead port
-explains backed-up sends and a starved GPU alike), and the second keep
-``QUIET_SHARE`` of their data-path scores: their stall is what a dead far
-end looks like from a healthy one. Only ranks already suspected for a
-data-path component (nic, proxy, network, pcie: blamed from flow counters)
-are considered: a port event with flows that do not stall is not a cause.
+``PORT_SCORE`` on nic (rule ``PORT_DOWN``), plus their other data-path
+scores (a dead port explains backed-up sends and a starved GPU alike), and
+the second keep ``QUIET_SHARE`` of their data-path scores (rule
+``PORT_STAYED_UP``): their stall is what a dead far end looks like from a
+healthy one (both constants in ``scoring.py``). Only ranks already
+suspected for a data-path component (nic, proxy, network, pcie: blamed from
+flow counters) are considered: a port event with flows that do not stall is
+not a cause.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from mycroft.schemas.vocab import Component
 from mycroft.streams.core.detect_ports import nic_ranks
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.ports import PortEvents
+from mycroft.streams.core.suspect import Suspect
 
 if TYPE_CHECKING:  # rca_hang and rca_slow call in here
     from mycroft.streams.core.detect import DetectContext
-    from mycroft.streams.core.rca_hang import Suspect
 
 DATA_PATH = (Component.NIC, Component.PROXY, Component.NETWORK, Component.PCIE)
 """Components blamed from flow counters: a port that went down explains
@@ -34,15 +37,6 @@ PORT_LEAD_NS = 5_000_000_000
 """Port events this long before the incident's onset still count: a port
 reads down in the first heartbeat after it went (1 s), and a link that goes
 down shortly before the first slow op is the usual order."""
-
-PORT_SCORE = 1.5
-"""Added to the nic score of a data-path suspect whose port went down: above the
-gpu score a rank gets for moving nothing (a rank behind a dead port moves
-nothing either)."""
-
-QUIET_SHARE = 0.5
-"""Share of its link scores a suspect keeps when its port stayed up while
-another data-path suspect's went down."""
 
 
 def score_port_events(
@@ -62,20 +56,18 @@ def score_port_events(
         sus = suspects[r]
         host, nic = ctx.topo.nic_key(r)
         if ev:  # the decisive evidence: stated first
-            folded = sum(sus.scores.pop(c, 0.0) for c in DATA_PATH)
-            sus.scores[Component.NIC] = folded + PORT_SCORE
-            sus.reasons.insert(
-                0,
+            sus.fold(
+                Rule.PORT_DOWN,
+                DATA_PATH,
                 f"port of {nic} on {host} {_what(ev)} since the incident began "
                 "(link_downed / port state): this end of the link failed",
             )
             continue
-        for c in DATA_PATH:
-            if c in sus.scores:
-                sus.scores[c] *= QUIET_SHARE
-        sus.reasons.append(
+        sus.scale(
+            Rule.PORT_STAYED_UP,
+            DATA_PATH,
             f"its port ({nic} on {host}) stayed up while rank {down[0]}'s went "
-            "down: its stalled flows are the far end's outage"
+            "down: its stalled flows are the far end's outage",
         )
 
 
@@ -85,8 +77,6 @@ def nominate_flapping_ports(
     """Suspect the NIC of each rank behind a port that kept going down since
     ``since_ns - PORT_LEAD_NS`` (``detect_ports``' rule), so that port
     evidence can name a culprit that flow counters never flagged."""
-    from mycroft.streams.core.rca_hang import Suspect  # noqa: PLC0415 - import cycle
-
     cfg = ctx.cfg
     window_ns = int(cfg.port_flap_window_s * 1e9)
     for host, nic, start_ns, beats in ctx.store.ports.flapping(
@@ -98,8 +88,7 @@ def nominate_flapping_ports(
             sus = suspects.setdefault(r, Suspect(r))
             if not any(c in sus.scores for c in DATA_PATH):
                 sus.add(
-                    Component.NIC,
-                    PORT_SCORE,
+                    Rule.PORT_FLAPPING,
                     f"a port of {nic} on {host} went down in {beats} recent "
                     "heartbeats: the link keeps retraining",
                 )

@@ -30,7 +30,6 @@ replica back, so lateness alone cannot tell which stage it is on.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple, TypeVar
@@ -45,10 +44,21 @@ from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import role_gap_baseline
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
-from mycroft.streams.core.rca_hang import Suspect, _rank
 from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
+from mycroft.streams.core.scoring import (
+    AMBIGUOUS_END,
+    HOSTWIDE_CONF,
+    MIN_TIMING_OPS,
+    READY_BEHIND_BONUS,
+    WEIGHTS,
+    link_score,
+    plus,
+    timing_score,
+)
+from mycroft.streams.core.suspect import Suspect, rank_suspects
 
 K = TypeVar("K")
 
@@ -232,17 +242,6 @@ def _member_rows(mem: Members, early_floor: float) -> np.ndarray:
     return out
 
 
-HOSTWIDE_CONF = 0.6
-"""Highest confidence of a culprit named by the whole-host timing rule, by
-lateness in one group only, or by finishing last alone (a pcie verdict with
-no flow or ready evidence)."""
-
-MIN_TIMING_OPS = 3
-"""A timing verdict (gpu or pcie) on fewer of the rank's ops since the onset
-is capped at ``HOSTWIDE_CONF``: one late op, seen before any flow evidence,
-is the only suspect and would otherwise get 0.99 (a rank 6 ms late once,
-0.2 s into a switch congestion that its flows name 6 s later)."""
-
 SYMPTOM_SHARE = 0.1
 """A timing suspect's (a rank's or a whole host's) lateness or finishing lag
 must reach this share of the largest lateness or lag seen in the incident."""
@@ -323,7 +322,7 @@ def explain_slowdown(
         )
     for sus in suspects.values():
         evidence.extend(Evidence(w, sus.rank) for w in sus.reasons[:3])
-    ranked = _rank(ctx, suspects, FaultKind.SLOWDOWN)
+    ranked = rank_suspects(ctx.topo, suspects, FaultKind.SLOWDOWN)
     # A host-wide timing verdict is ambiguous (a host behind a slow NIC is
     # late as a whole too) until G/T/D evidence accumulates, and so are a
     # rank late in its worst group only and a rank that only finishes last
@@ -368,15 +367,8 @@ def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
             key=lambda m: (max(suspects[m].scores.get(c, 0.0) for c in link), -m),
         )
         for m in with_link:
-            if m == rep:
-                continue
-            sus = suspects[m]
-            for c in link:
-                if c in sus.scores:
-                    suspects[rep].scores[c] = suspects[rep].scores.get(
-                        c, 0.0
-                    ) + sus.scores.pop(c)
-            suspects[rep].reasons.extend(sus.reasons[:1])
+            if m != rep:
+                suspects[rep].take(suspects[m], link)
 
 
 LinkFlag = tuple[FlowFeatures, float]
@@ -432,12 +424,6 @@ def _weights(
     return out
 
 
-def _link_score(n: int) -> float:
-    """Score of a link verdict that explains ``n`` flagged flows: more flows,
-    more confidence (a revision needs a more confident answer)."""
-    return 2.0 + 2.0 * math.log2(1 + n)
-
-
 def _blame_flow(  # noqa: PLR0913 - private helper of one module
     ctx: DetectContext,
     suspects: dict[int, Suspect],
@@ -445,12 +431,12 @@ def _blame_flow(  # noqa: PLR0913 - private helper of one module
     flows: list[FlowFeatures],
     ranks: Sequence[int],
     *,
-    comp: Component,
+    rule: Rule,
     score: float,
     why: str,
 ) -> None:
-    """Name ``comp`` on the rank of ``ranks`` with the worst flagged send flow,
-    with that flow.
+    """Name ``rule``'s component on the rank of ``ranks`` with the worst
+    flagged send flow, with that flow.
 
     Without one: its worst cross-host send flow, else the worst flagged flow
     into it (named from the culprit's end: ``rank -> sender``). A NIC, a
@@ -476,11 +462,12 @@ def _blame_flow(  # noqa: PLR0913 - private helper of one module
         rank, peer = flow.peer, flow.rank
     else:
         return
-    if comp is Component.NIC and rank == flow.rank and 0 < flow.episodes <= 2:
-        comp = Component.PROXY
+    nic = WEIGHTS[rule].component is Component.NIC
+    if nic and rank == flow.rank and 0 < flow.episodes <= 2:
+        rule = Rule.PROXY_FREEZE
         why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
     sus = suspects.setdefault(rank, Suspect(rank))
-    sus.add(comp, score, why)
+    sus.add(rule, why, score=score, flow=(peer, flow.channel))
     sus.flow = (peer, flow.channel)
 
 
@@ -488,11 +475,6 @@ TIED_HOSTS = 4
 """Most hosts named for one network verdict when they are tied for the
 most flagged flows (the first congested flows into a switch touch the
 two senders' hosts and the two receivers' hosts alike)."""
-
-AMBIGUOUS_END = 0.8
-"""Weight of the far end of flagged flows when it is tied with the sending
-NIC (one NIC pair or one sender-receiver pair): Table 4 reads G>T as the
-sender's NIC first, but only more flows can tell the two ends apart."""
 
 
 def _score_links(
@@ -521,7 +503,8 @@ def _score_links(
             suspects,
             lag,
             flows,
-            lambda host, n: (
+            rule=Rule.LINK_TD_LAG,
+            why=lambda host, n: (
                 f"{n} of {len(lag)} cross-host flows with a "
                 f"transmitted-not-done lag (T-D) touch host {host}: its network "
                 "path acknowledges late"
@@ -537,9 +520,11 @@ def _blame_hosts(
     suspects: dict[int, Suspect],
     flags: list[LinkFlag],
     flows: list[FlowFeatures],
+    *,
+    rule: Rule,
     why: Callable[[str, int], str],
 ) -> None:
-    """Network on the host that most flagged flows touch; hosts tied with it
+    """``rule`` (network) on the host that most flagged flows touch; hosts tied with it
     (the two ends of the same flows, or two pairs of hosts across one
     switch) are named too, weaker, up to ``TIED_HOSTS``: a tie is
     ambiguity, and the top culprit's confidence says so (a later answer
@@ -557,8 +542,8 @@ def _blame_hosts(
             flags,
             flows,
             ctx.topo.ranks_on_host(host),
-            comp=Component.NETWORK,
-            score=_link_score(len(flags)) * (AMBIGUOUS_END if i else 1.0),
+            rule=rule,
+            score=link_score(rule, len(flags)) * (AMBIGUOUS_END if i else 1.0),
             why=why(host, most),
         )
 
@@ -602,11 +587,11 @@ def _score_backlog(
     topo = ctx.topo
     if (rx := common_receiver(topo, backlog)) is not None:
         suspects.setdefault(rx.rank, Suspect(rx.rank)).add(
-            Component.PCIE,
-            _link_score(rx.flows),
+            Rule.PCIE_BACKLOG,
             f"{rx.flows} flows into rank {rx.rank} from {rx.senders} NICs hold "
             f"{rx.share:.0%} of the ready-not-sent backlog (G-T) while its NIC "
             "mates receive normally: its receive path (PCIe) does not drain",
+            score=link_score(Rule.PCIE_BACKLOG, rx.flows),
         )
         return
     nics = _weights(backlog, topo.nic_key)
@@ -618,7 +603,8 @@ def _score_backlog(
             suspects,
             backlog,
             flows,
-            lambda host, n: (
+            rule=Rule.SWITCH_BACKLOG,
+            why=lambda host, n: (
                 f"{len(backlog)} cross-host flows over {len(nics)} "
                 f"NICs keep a ready-not-sent backlog (G-T), {n} touching host "
                 f"{host}: congestion between hosts, not one NIC"
@@ -639,17 +625,17 @@ def _score_backlog(
         into = {f.peer for f, _ in on if topo.nic_key(f.rank) != nic}
         senders = {topo.nic_key(f.rank) for f, _ in on}
         tied = len(tops) > 1
-        score = _link_score(most)
         if out_of:
             alone = _one_gpu_behind(ctx, out_of, backlog, flows)
+            rule = Rule.PROXY_SEND_BACKLOG if alone else Rule.NIC_SEND_BACKLOG
             _blame_flow(
                 ctx,
                 suspects,
                 out_of,
                 flows,
                 topo.ranks_on_nic(out_of[0][0].rank),
-                comp=Component.PROXY if alone else Component.NIC,
-                score=score,
+                rule=rule,
+                score=link_score(rule, most),
                 why=f"{most} of {len(backlog)} cross-host flows with a "
                 f"ready-not-sent backlog (G-T) go through NIC {nic[1]} of "
                 f"{nic[0]}, {len(out_of)} sent by it"
@@ -662,12 +648,13 @@ def _score_backlog(
             )
         elif len(into) == 1:
             rank = next(iter(into))
+            share = AMBIGUOUS_END if tied or len(senders) < 2 else 1.0
             suspects.setdefault(rank, Suspect(rank)).add(
-                Component.PCIE,
-                score * (AMBIGUOUS_END if tied or len(senders) < 2 else 1.0),
+                Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
                 "a ready-not-sent backlog (G-T) while its NIC mate receives "
                 "normally: its receive path (PCIe) does not drain",
+                score=link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
             )
         else:
             _blame_flow(
@@ -676,8 +663,9 @@ def _score_backlog(
                 on,
                 flows,
                 sorted(into),
-                comp=Component.NIC,
-                score=score * (AMBIGUOUS_END if tied else 1.0),
+                rule=Rule.NIC_RECEIVE_BACKLOG,
+                score=link_score(Rule.NIC_RECEIVE_BACKLOG, most)
+                * (AMBIGUOUS_END if tied else 1.0),
                 why=f"{most} cross-host flows into both GPUs of NIC {nic[1]} "
                 f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
                 "not take data in",
@@ -800,7 +788,9 @@ def _score_whole_hosts(
                 "its GPU holds the host back"
             )
         suspects.setdefault(rep, Suspect(rep)).add(
-            Component.GPU, 1.5 + min(1.0, mean / max(span, 1.0)), why
+            Rule.HOST_WIDE_LATE,
+            why,
+            score=timing_score(Rule.HOST_WIDE_LATE, mean, span, capped=True),
         )
         if rep not in singles:
             reps.add(rep)
@@ -905,20 +895,20 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
         whole = len(mates) > 1 and all(m in late_out for m in mates)
         sus.add(
-            Component.GPU,
-            1.0 + excess / max(span, 1.0),
+            Rule.LATE_ARRIVAL,
             f"arrives {excess / 1e6:.1f} ms late"
             + (" with every rank of its host" if whole else ""),
+            score=timing_score(Rule.LATE_ARRIVAL, excess, span),
         )
     ready = {f.rank: f.ready for f in flows}
     deficit = {r: -v for r, v in ready.items()}
     for r, d in _outliers(deficit, 0.1).items():
         if r not in late_out:
             suspects.setdefault(r, Suspect(r)).add(
-                Component.PCIE,
-                1.0 + d,
+                Rule.READY_LAGS,
                 f"gpu_ready lags peers by {d:.0%} of the op "
                 "while it issues on time (copies late)",
+                score=plus(Rule.READY_LAGS, d),
             )
     lag_out = _outliers(end_lag, floor)
     for r, excess in lag_out.items():
@@ -930,11 +920,12 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         if not (behind or founded) and late_out:
             continue  # who finishes last behind a late arrival is ring order
         sus = suspects.setdefault(r, Suspect(r))
+        bonus = READY_BEHIND_BONUS if behind else 0.0
         sus.add(
-            Component.PCIE,
-            0.8 + (0.4 if behind else 0.0) + excess / max(span, 1.0),
+            Rule.FINISHES_LAST,
             f"issues on time but finishes {excess / 1e6:.1f} ms after the median"
             + ("; gpu_ready lags peers" if behind else ""),
+            score=timing_score(Rule.FINISHES_LAST, excess, span, bonus=bonus),
         )
         if not (behind or founded):
             weak.add(r)
@@ -975,6 +966,8 @@ def _score_slow_compute(
             why += " (host-wide GPU load)"
         lead = max(worst.get(s.rank, 0.0) for s in mine)
         suspects.setdefault(rep, Suspect(rep)).add(
-            Component.GPU, 1.5 + min(1.0, lead / max(span, 1.0)), why
+            Rule.SLOW_COMPUTE,
+            why,
+            score=timing_score(Rule.SLOW_COMPUTE, lead, span, capped=True),
         )
     return {s.rank: worst.get(s.rank, 0.0) for s in slow}

@@ -135,6 +135,7 @@ def all_records() -> list[Record]:
                 peer=4,
                 channel=1,
                 reason="G>T frozen",
+                rules=("frozen_ready_not_sent", "port_down"),
             ),
             Culprit(4, "host-0", Component.NETWORK, FaultKind.HANG, 0.1),
         ),

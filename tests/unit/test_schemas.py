@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -10,12 +11,15 @@ import pytest
 
 from mycroft.schemas.codec import (
     SCHEMA_FILES,
+    Codec,
     SchemaStore,
     fingerprint_of,
     load_schema_json,
 )
 from mycroft.schemas.columns import COMPLETION_GROUPS, STATE_GROUPS
+from mycroft.schemas.records import RootCause
 from mycroft.schemas.vocab import Component, FaultKind
+from tests.unit.samples import all_records
 
 
 def _fields(schema: Any) -> list[dict[str, Any]]:
@@ -95,3 +99,19 @@ def test_every_current_schema_is_recorded_in_history() -> None:
     }
     for name in SCHEMA_FILES:
         assert store.current(name).fingerprint in recorded, name
+
+
+def test_a_root_cause_from_before_rules_reads_with_none() -> None:
+    """RootCause.2 writers (no ``rules``) still decode: the default fills in."""
+    older = SchemaStore()
+    history = resources.files("mycroft.schemas").joinpath("history")
+    schema = json.loads(history.joinpath("RootCause.2.avsc").read_text("utf-8"))
+    older._current["RootCause"] = older.register(schema)
+    rc = next(r for r in all_records() if isinstance(r, RootCause))
+    assert any(c.rules for c in rc.culprits)
+    _, datum = Codec().decode_datum(Codec().encode(rc))
+    for c in datum["culprits"]:
+        del c["rules"]
+    back = Codec().decode(Codec(older).encode_datum("RootCause", datum))
+    assert isinstance(back, RootCause)
+    assert back.culprits == tuple(replace(c, rules=()) for c in rc.culprits)

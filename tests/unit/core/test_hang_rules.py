@@ -22,12 +22,12 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.graph import _data_edges, terminal_groups
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_hang import (
-    Suspect,
     _score_in_op,
     _score_lost,
     _score_order_cycle,
     frozen_ready_not_sent,
 )
+from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 
 WORLD, DP = 0x10, 0x20

@@ -21,8 +21,8 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import observe_collective, role_gap_baseline
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.progress import FLAT_FLOW
-from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_slow import _score_links, _waited_on_transfers
+from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import CommInfo
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
 from tests.unit.core.test_slow_rules import _ctx as hosts_ctx

@@ -17,14 +17,15 @@ from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_ports import detect_port_flaps
 from mycroft.streams.core.engine import Analyzer, Incident
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.ports import PortEvents, PortLog
 from mycroft.streams.core.progress import ProgressStore
-from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_ports import (
     PORT_LEAD_NS,
     nominate_flapping_ports,
     score_port_events,
 )
+from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.two_stage import TwoStageReplay
 
@@ -72,9 +73,11 @@ def _ctx() -> DetectContext:
 def _tie() -> dict[int, Suspect]:
     """Both ends of one NIC pair blamed alike, the sender a little more."""
     out = {0: Suspect(0), 2: Suspect(2)}
-    out[0].add(Component.NIC, 2.5, "sends frozen ready but not transmitted")
-    out[2].add(Component.GPU, 2.0, "moved nothing")
-    out[2].add(Component.NIC, 1.0, "or the receiving NIC")
+    out[0].add(
+        Rule.FROZEN_READY_NOT_SENT, "sends frozen ready but not transmitted", score=2.5
+    )
+    out[2].add(Rule.NEVER_MOVED, "moved nothing")
+    out[2].add(Rule.RECEIVER_NIC_SILENT, "or the receiving NIC")
     return out
 
 
@@ -90,7 +93,7 @@ def test_the_end_whose_port_went_down_takes_the_link_blame():
     assert suspects[0].best == (Component.NIC, 1.25)
     assert "stayed up while rank 2's went down" in suspects[0].reasons[-1]
     starved = {2: Suspect(2)}  # flows into its GPU backed up: pcie-like
-    starved[2].add(Component.PCIE, 1.2, "gpu_ready lags on flows into it")
+    starved[2].add(Rule.READY_LAGS, "gpu_ready lags on flows into it", score=1.2)
     score_port_events(ctx, starved, 2 * S)
     assert starved[2].scores == {Component.NIC: 2.7}
 

@@ -31,8 +31,10 @@ from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, detect_mismatch
 from mycroft.streams.core.detect_slow import observe_collective
 from mycroft.streams.core.engine import Analyzer, Incident, _better
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import _data_edges
 from mycroft.streams.core.progress import _OP_PLUS, FLAT_FLOW, ProgressStore
+from mycroft.streams.core.scoring import WEIGHTS
 from mycroft.streams.core.topology import JobTopology
 
 MS = 1_000_000
@@ -229,6 +231,8 @@ def test_sim_hang_culprit(fault, component):
     best = doc["root_causes"][0]
     assert best["rank"] in truth["faults"][0]["ranks"]
     assert best["component"] == component.value
+    # The rules behind the verdict travel with it, one of them on its component.
+    assert any(WEIGHTS[Rule(r)].component is component for r in best["rules"])
 
 
 def test_gpu_hang_in_a_two_rank_ring_names_both_ends_equally():
@@ -240,6 +244,7 @@ def test_gpu_hang_in_a_two_rank_ring_names_both_ends_equally():
     assert {c["rank"] for c in pair} == {4, 5}  # rank 5 and its TP peer
     assert all(c["component"] == Component.GPU.value for c in pair)
     assert pair[0]["confidence"] == pair[1]["confidence"] == 0.5
+    assert all(c["rules"] == ["mutual_unstarted"] for c in pair)
     assert truth["faults"][0]["rank"] == 5
 
 

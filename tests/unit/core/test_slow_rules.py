@@ -19,17 +19,17 @@ from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.progress import ProgressStore
-from mycroft.streams.core.rca_hang import Suspect
 from mycroft.streams.core.rca_slow import (
-    HOSTWIDE_CONF,
-    MIN_TIMING_OPS,
     _intra_host_slowdown,
     _late_scores,
     _merge_nic_mates,
     _score_whole_hosts,
     explain_slowdown,
 )
+from mycroft.streams.core.scoring import HOSTWIDE_CONF, MIN_TIMING_OPS
+from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 
 MS = 1_000_000
@@ -101,7 +101,7 @@ def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
     assert not _score_whole_hosts(ctx, suspects, late, slow_none, 100.0 * MS)
     # Its own flows already explain it (G/T/D first).
     suspects = {5: Suspect(5)}
-    suspects[5].add(Component.NIC, 2.0, "G>T")
+    suspects[5].add(Rule.FROZEN_READY_NOT_SENT, "G>T", score=2.0)
     assert not _score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
     # Lateness led by a few ranks of the host is not host-wide.
     uneven = late | {4: 5.0 * MS}
@@ -140,9 +140,9 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
 def test_nic_mates_share_one_link_score():
     ctx = _ctx()
     suspects = {0: Suspect(0), 1: Suspect(1), 2: Suspect(2)}
-    suspects[0].add(Component.NIC, 1.5, "a")
-    suspects[1].add(Component.NIC, 2.0, "b")
-    suspects[2].add(Component.NIC, 1.0, "c")  # other NIC of the host
+    suspects[0].add(Rule.NIC_SEND_BACKLOG, "a", score=1.5)
+    suspects[1].add(Rule.NIC_SEND_BACKLOG, "b", score=2.0)
+    suspects[2].add(Rule.NIC_SEND_BACKLOG, "c", score=1.0)  # other NIC of the host
     _merge_nic_mates(ctx, suspects)
     assert suspects[1].scores[Component.NIC] == 3.5
     assert Component.NIC not in suspects[0].scores

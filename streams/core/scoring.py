@@ -1,0 +1,204 @@
+"""The scoring model: what each rule adds to which component, and the caps.
+
+Every root-cause rule (``evidence.Rule``) adds a score to one component of
+a suspect rank; a suspect's culprit is its highest-scored component, and
+its confidence that score's share of all suspects' best scores
+(``suspect.rank_suspects``). ``WEIGHTS`` is the one table of those scores.
+A rule whose score grows with what it saw keeps its base weight here and
+its formula below (``link_score``, ``timing_score``, ...).
+
+Two rules do not add: ``FIRST_TO_STOP`` adds to whichever component already
+leads the suspect, and ``PORT_STAYED_UP`` multiplies the suspect's data-path
+scores. ``MISMATCH_MINORITY`` and ``COMM_ORDER_CYCLE`` name culprits
+directly: their weight is a confidence, split among the ranks named.
+
+``streams/core/README.md`` lists the table (a unit test keeps it in step).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from mycroft.schemas.vocab import Component
+from mycroft.streams.core.evidence import Rule, Subject
+
+
+class Weight(NamedTuple):
+    """How one rule scores: on what, how much, and why."""
+
+    component: Component | None  # None: see the module docstring
+    weight: float
+    subject: Subject
+    why: str
+
+
+LINK_BASE = 2.0
+"""Base score of a link verdict; ``link_score`` grows it with the flows."""
+
+PORT_SCORE = 1.5
+"""Added to the nic score of a data-path suspect whose port went down: above
+the gpu score a rank gets for moving nothing (a rank behind a dead port
+moves nothing either)."""
+
+QUIET_SHARE = 0.5
+"""Share of its data-path scores a suspect keeps when its port stayed up
+while another data-path suspect's went down."""
+
+_N, _G, _H, _P = Component.NIC, Component.GPU, Component.HOST, Component.PCIE
+_RANK, _NIC, _HOST, _LINK = Subject.RANK, Subject.NIC, Subject.HOST, Subject.LINK
+
+WEIGHTS: dict[Rule, Weight] = {
+    Rule.LOST_FROZEN_SEND: Weight(
+        _N, 2.0, _NIC, "data it could not post before it went silent"
+    ),
+    Rule.NIC_ALL_RANKS_LOST: Weight(_N, 1.5, _NIC, "what its ranks share is the NIC"),
+    Rule.HOST_STOPPED: Weight(_H, 1.5, _HOST, "a silent host, no flow evidence"),
+    Rule.HOST_STOPPED_NIC: Weight(_N, 0.5, _NIC, "a dead NIC silences a host too"),
+    Rule.DIED_IDLE: Weight(
+        Component.PROCESS, 2.0, _RANK, "its beat stopped between ops"
+    ),
+    Rule.DIED_IDLE_HOST: Weight(_H, 1.0, _HOST, "or its host stopped feeding it"),
+    Rule.RECORDS_STOPPED: Weight(
+        Component.PROCESS, 2.0, _RANK, "its host reports, the rank does not"
+    ),
+    Rule.NEVER_ISSUED: Weight(_H, 2.0, _RANK, "the host side never issued the op"),
+    Rule.SEND_TO_UNREADY: Weight(_N, 0.3, _LINK, "remote cause: weak evidence"),
+    Rule.RECEIVER_NIC_STOPPED: Weight(
+        _N, 1.5, _NIC, "the sender's NIC still works: the far end stopped"
+    ),
+    Rule.RECEIVER_NIC_SILENT: Weight(
+        _N, 1.0, _NIC, "one transfer cannot tell its two ends apart"
+    ),
+    Rule.FROZEN_READY_NOT_SENT: Weight(
+        _N, 1.5, _NIC, "Table 4 G>T, local cause; + share of its open sends"
+    ),
+    Rule.SENT_NOT_DONE_INTO: Weight(
+        _N, 0.5, _NIC, "Table 4 T>D at the receiver; x (1 + share of flows)"
+    ),
+    Rule.NEVER_MOVED: Weight(_G, 2.0, _RANK, "Table 4 not started: kernel never ran"),
+    Rule.UNCONSUMED_INPUT: Weight(
+        _G, 1.0, _RANK, "Table 4 GPU not ready; + 4 x surplus + held share"
+    ),
+    Rule.MUTUAL_UNSTARTED: Weight(_G, 1.0, _RANK, "named equally: a tie"),
+    Rule.FIRST_TO_STOP: Weight(
+        None, 0.75, _RANK, "on its leading component: the first stop is the cause"
+    ),
+    Rule.ORDER_CYCLE: Weight(_H, 2.5, _RANK, "the application's issue order"),
+    Rule.COMM_ORDER_CYCLE: Weight(
+        _H, 0.9, _RANK, "confidence, split over the ranks stuck out of order"
+    ),
+    Rule.PORT_DOWN: Weight(
+        _N, PORT_SCORE, _NIC, "+ its data-path scores: this end failed"
+    ),
+    Rule.PORT_STAYED_UP: Weight(
+        None, QUIET_SHARE, _RANK, "x its data-path scores: the far end's outage"
+    ),
+    Rule.PORT_FLAPPING: Weight(_N, PORT_SCORE, _NIC, "the link keeps retraining"),
+    Rule.LINK_TD_LAG: Weight(
+        Component.NETWORK, LINK_BASE, _LINK, "x (1 + log2(1 + flows))"
+    ),
+    Rule.SWITCH_BACKLOG: Weight(
+        Component.NETWORK, LINK_BASE, _LINK, "x (1 + log2(1 + flows))"
+    ),
+    Rule.NIC_SEND_BACKLOG: Weight(_N, LINK_BASE, _NIC, "x (1 + log2(1 + flows))"),
+    Rule.PROXY_SEND_BACKLOG: Weight(
+        Component.PROXY, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"
+    ),
+    Rule.PROXY_FREEZE: Weight(
+        Component.PROXY, LINK_BASE, _RANK, "the NIC verdict's score, on the proxy"
+    ),
+    Rule.NIC_RECEIVE_BACKLOG: Weight(_N, LINK_BASE, _NIC, "x (1 + log2(1 + flows))"),
+    Rule.NIC_PCIE_BACKLOG: Weight(_P, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"),
+    Rule.PCIE_BACKLOG: Weight(_P, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"),
+    Rule.HOST_WIDE_LATE: Weight(
+        _G, 1.5, _HOST, "one cause for a host; + lateness / span (at most 1)"
+    ),
+    Rule.SLOW_COMPUTE: Weight(
+        _G, 1.5, _RANK, "its own compute; + lateness / span (at most 1)"
+    ),
+    Rule.LATE_ARRIVAL: Weight(_G, 1.0, _RANK, "+ lateness / span"),
+    Rule.READY_LAGS: Weight(_P, 1.0, _RANK, "copies late; + the ready deficit"),
+    Rule.FINISHES_LAST: Weight(
+        _P, 0.8, _RANK, "weaker alone; + 0.4 if gpu_ready lags, + lag / span"
+    ),
+    Rule.MISMATCH_MINORITY: Weight(
+        Component.CONFIG, 0.95, _RANK, "confidence, split over the minority"
+    ),
+}
+
+# Caps and shares.
+
+MAX_CONFIDENCE = 0.99
+"""Highest confidence of any culprit: the rules never claim certainty."""
+
+MAX_CULPRITS = 8
+"""Culprits kept per root cause, best first."""
+
+REASONS_SHOWN = 3
+"""Reasons of a suspect joined into its culprit's reason."""
+
+HOSTWIDE_CONF = 0.6
+"""Highest confidence of a culprit named by the whole-host timing rule, by
+lateness in one group only, or by finishing last alone (a pcie verdict with
+no flow or ready evidence)."""
+
+MIN_TIMING_OPS = 3
+"""A timing verdict (gpu or pcie) on fewer of the rank's ops since the onset
+is capped at ``HOSTWIDE_CONF``: one late op, seen before any flow evidence,
+is the only suspect and would otherwise get 0.99 (a rank 6 ms late once,
+0.2 s into a switch congestion that its flows name 6 s later)."""
+
+AMBIGUOUS_END = 0.8
+"""Weight of the far end of flagged flows when it is tied with the sending
+NIC (one NIC pair or one sender-receiver pair): Table 4 reads G>T as the
+sender's NIC first, but only more flows can tell the two ends apart."""
+
+MISMATCH_PAIR_CONF = 0.5
+"""Confidence of a mismatch in a comm of two (no majority exists)."""
+
+UNCONSUMED_SURPLUS = 4.0
+"""``UNCONSUMED_INPUT``: weight of input received beyond output produced."""
+
+READY_BEHIND_BONUS = 0.4
+"""``FINISHES_LAST``: added when the rank's gpu_ready lags its peers'."""
+
+SPAN_SHARE_CAP = 1.0
+"""Most that lateness over the op span adds to a capped timing score."""
+
+
+def component(rule: Rule) -> Component | None:
+    """The component ``rule`` scores (None: see the module docstring)."""
+    return WEIGHTS[rule].component
+
+
+def weight(rule: Rule) -> float:
+    """The base weight of ``rule``."""
+    return WEIGHTS[rule].weight
+
+
+def plus(rule: Rule, extra: float) -> float:
+    """``rule``'s weight plus ``extra`` (a share it saw)."""
+    return weight(rule) + extra
+
+
+def link_score(rule: Rule, n: int) -> float:
+    """Score of a link verdict that explains ``n`` flagged flows: more flows,
+    more confidence (a revision needs a more confident answer)."""
+    w = weight(rule)
+    return w + w * math.log2(1 + n)
+
+
+def timing_score(
+    rule: Rule, late: float, span: float, *, bonus: float = 0.0, capped: bool = False
+) -> float:
+    """``rule``'s weight plus ``bonus`` plus lateness ``late`` over the op
+    ``span`` (ns), that share at most ``SPAN_SHARE_CAP`` when ``capped``."""
+    share = late / max(span, 1.0)
+    return weight(rule) + bonus + (min(SPAN_SHARE_CAP, share) if capped else share)
+
+
+def unconsumed_score(got: float, made: float, held: float) -> float:
+    """``UNCONSUMED_INPUT``: input received beyond output produced, and the
+    share of input held (shares of the op's bytes)."""
+    return weight(Rule.UNCONSUMED_INPUT) + UNCONSUMED_SURPLUS * (got - made) + held

@@ -1,0 +1,143 @@
+"""Suspects: what the rules observed against each rank, ranked into culprits.
+
+A ``Suspect`` sums, per component, the scores its rules add (weights from
+``scoring.WEIGHTS``) and keeps each ``Observation``; ``rank_suspects`` turns
+suspects into culprits, best first, each carrying the rules behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mycroft.schemas.records import Culprit
+from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.streams.core.evidence import Observation, Rule
+from mycroft.streams.core.scoring import (
+    MAX_CONFIDENCE,
+    MAX_CULPRITS,
+    REASONS_SHOWN,
+    WEIGHTS,
+    weight,
+)
+from mycroft.streams.core.topology import JobTopology
+
+FLOW_COMPONENTS = (Component.NIC, Component.NETWORK, Component.PROXY)
+"""Components whose culprit names the suspect's flow."""
+
+
+@dataclass
+class Suspect:
+    """Accumulated evidence against one rank."""
+
+    rank: int
+    scores: dict[Component, float] = field(default_factory=dict)
+    flow: tuple[int, int] | None = None  # (peer, channel)
+    reasons: list[str] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+
+    def add(
+        self,
+        rule: Rule,
+        reason: str,
+        *,
+        score: float | None = None,
+        component: Component | None = None,
+        flow: tuple[int, int] | None = None,
+    ) -> None:
+        """Add ``rule``'s weight (or ``score``, computed by its formula) to
+        its component (or ``component``), with a human reason."""
+        comp = WEIGHTS[rule].component if component is None else component
+        if comp is None:
+            raise ValueError(f"rule {rule} needs the component it adds to")
+        value = weight(rule) if score is None else score
+        self.scores[comp] = self.scores.get(comp, 0.0) + value
+        self.reasons.append(reason)
+        self.observations.append(self._observe(rule, comp, value, reason, flow))
+
+    def consider(self, comp: Component) -> None:
+        """Make ``comp`` a candidate component (score 0) if it is not one."""
+        self.scores.setdefault(comp, 0.0)
+
+    def fold(self, rule: Rule, comps: Sequence[Component], reason: str) -> None:
+        """Move the scores of ``comps`` onto ``rule``'s component plus its
+        weight; the reason is stated first."""
+        comp = WEIGHTS[rule].component
+        if comp is None:
+            raise ValueError(f"rule {rule} has no component to fold into")
+        folded = sum(self.scores.pop(c, 0.0) for c in comps)
+        self.scores[comp] = folded + weight(rule)
+        self.reasons.insert(0, reason)
+        self.observations.insert(0, self._observe(rule, comp, weight(rule), reason))
+
+    def scale(self, rule: Rule, comps: Sequence[Component], reason: str) -> None:
+        """Multiply the scores of ``comps`` by ``rule``'s weight."""
+        for c in comps:
+            if c in self.scores:
+                self.scores[c] *= weight(rule)
+        self.reasons.append(reason)
+        self.observations.append(self._observe(rule, None, weight(rule), reason))
+
+    def take(self, other: Suspect, comps: Sequence[Component]) -> None:
+        """Take ``other``'s scores of ``comps`` and the observations behind them
+        (and its first reason): the two ranks are one part."""
+        for c in comps:
+            if c in other.scores:
+                self.scores[c] = self.scores.get(c, 0.0) + other.scores.pop(c)
+        self.reasons.extend(other.reasons[:1])
+        moved = [o for o in other.observations if o.component in comps]
+        other.observations = [o for o in other.observations if o not in moved]
+        self.observations.extend(moved)
+
+    @property
+    def best(self) -> tuple[Component, float]:
+        """Return the highest-scored component and its score."""
+        comp = max(self.scores, key=lambda c: self.scores[c])
+        return comp, self.scores[comp]
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        """Names of the rules that scored this rank, in the order they did."""
+        return tuple(dict.fromkeys(o.rule.value for o in self.observations))
+
+    def _observe(
+        self,
+        rule: Rule,
+        comp: Component | None,
+        score: float,
+        reason: str,
+        flow: tuple[int, int] | None = None,
+    ) -> Observation:
+        subject = WEIGHTS[rule].subject
+        return Observation(rule, subject, self.rank, comp, score, reason, flow)
+
+
+def rank_suspects(
+    topo: JobTopology, suspects: dict[int, Suspect], kind: FaultKind
+) -> list[Culprit]:
+    """Return the culprits of ``suspects``, best first, at most
+    ``MAX_CULPRITS``: each suspect's best component, its confidence that
+    score's share of all suspects' best scores (at most ``MAX_CONFIDENCE``).
+    Only suspects with a positive best score are named, unless none has one."""
+    scored = [(sus.best, sus) for sus in suspects.values() if sus.scores]
+    scored = [x for x in scored if x[0][1] > 0] or scored
+    total = sum(max(sc, 0.0) for (_, sc), _ in scored) or 1.0
+    scored.sort(key=lambda x: (-x[0][1], x[1].rank))
+    out: list[Culprit] = []
+    for (comp, sc), sus in scored[:MAX_CULPRITS]:
+        with_flow = comp in FLOW_COMPONENTS
+        peer, ch = sus.flow if (sus.flow and with_flow) else (None, None)
+        out.append(
+            Culprit(
+                rank=sus.rank,
+                host=topo.host_of(sus.rank),
+                component=comp,
+                kind=kind,
+                confidence=round(min(MAX_CONFIDENCE, max(sc, 0.0) / total), 3),
+                peer=peer,
+                channel=ch,
+                reason="; ".join(sus.reasons[:REASONS_SHOWN]),
+                rules=sus.rules,
+            )
+        )
+    return out
