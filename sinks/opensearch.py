@@ -44,6 +44,10 @@ _CULPRIT = {
         "peer": {"type": "integer"},
         "channel": {"type": "integer"},
         "reason": {"type": "text"},
+        "scope": _KEYWORD,
+        "device": _KEYWORD,
+        "ranks": {"type": "integer"},
+        "rules": _KEYWORD,
     }
 }
 _COMMON = {

@@ -107,6 +107,10 @@ def test_one_document_per_incident_after_revisions(
         _stop(proc, log)
     best = {h["_id"]: h["_source"]["best"]["rank"] for h in hits}
     assert best == {"i-1": 7, "i-2": 6}
+    assert {h["_source"]["best"]["rules"][0] for h in hits} == {"frozen_ready_not_sent"}
+    with urllib.request.urlopen(f"{opensearch_url}/{index}/_mapping") as resp:  # noqa: S310
+        culprit = json.load(resp)[index]["mappings"]["properties"]["culprits"]
+    assert culprit["properties"]["rules"] == {"type": "keyword"}
     assert [
         h["_id"] for h in _search(opensearch_url, f"{name}-anomalies")["hits"]["hits"]
     ] == ["a-1"]

@@ -28,7 +28,7 @@ def root_cause(
 ) -> RootCause:
     culprit = Culprit(
         rank, host, component, FaultKind.HANG, confidence, peer=4,
-        reason=f"rank {rank} never sent",
+        reason=f"rank {rank} never sent", rules=("frozen_ready_not_sent",),
     )  # fmt: skip
     return RootCause(
         incident_id=incident, revision=revision, job_id=job, kind=FaultKind.HANG,
