@@ -70,7 +70,13 @@ def _saturation(r: dict[str, Any]) -> list[str]:
         "their pace, more at once each step; worst record lag of the worker "
         "(processing time minus broker time, per 2 s). Saturation: the largest "
         f"step whose lag stays under {r['lag_limit_s']} s. Measured at "
-        f"{r['commit']}, {r['wall_s']} s.",
+        f"{r['commit']}, {r['wall_s']} s"
+        + (
+            f", load average {r['load_avg_1m_start']} at the start and "
+            f"{r['load_avg_1m_end']} at the end (2 CPUs)."
+            if "load_avg_1m_start" in r
+            else "."
+        ),
         "",
         "| jobs at once | worst lag per worker | verdicts equal to offline |",
         "|---|---|---|",
@@ -104,6 +110,15 @@ RENDERERS = {
         "python bench/verdict_equality.py --seeds 3 --healthy-runs 2 --modes kill "
         "--out bench/results/verdict_equality_kill.json",
         _equality,
+    ),
+    "worker_saturation_loaded": (
+        "Stream worker overload, rerun on a loaded machine (64-rank jobs)",
+        "python bench/worker_saturation.py --ramp 2,4,6,8,10 --duration 30 "
+        "--out bench/results/worker_saturation_loaded.json, while two offline "
+        "campaigns (one process each) shared the 2 cores: saturation and lag "
+        "are not comparable with the quiet run above, the longest event is an "
+        "upper bound",
+        _saturation,
     ),
     "worker_saturation": (
         "Stream worker saturation and overload (64-rank jobs)",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -212,6 +213,8 @@ def main() -> int:
         "ranks": 64,
         "duration_s": a.duration,
         "lag_limit_s": a.lag_limit_s,
+        # what else ran: this bench's replays, broker and workers add ~2
+        "load_avg_1m_start": round(os.getloadavg()[0], 2),
     }
     try:
         bench.add_worker()
@@ -235,6 +238,7 @@ def main() -> int:
     finally:
         bench.close()
     doc["wall_s"] = round(time.time() - started, 1)
+    doc["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {a.out}")
