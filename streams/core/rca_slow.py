@@ -594,10 +594,11 @@ def _score_backlog(
             score=link_score(Rule.PCIE_BACKLOG, rx.flows),
         )
         return
-    # A NIC whose flows hold far more backlog than the other NICs' is where
-    # it builds up; the small backlogs elsewhere wait on it (every flow of a
-    # job stalls while one proxy or NIC holds its data back). Only without
-    # such a NIC is the backlog spread over the network.
+    # NICs whose flows hold far more backlog than the other NICs' are where
+    # it builds up; the small backlogs elsewhere wait on them (every flow of
+    # a job stalls while one proxy or NIC holds its data back). The rules
+    # below read their flows only: a congested switch still spreads them
+    # over several NICs, one failing NIC or proxy does not.
     excess = {k: w for k, (_, _, w) in _weights(backlog, topo.nic_key).items()}
     lead = _outliers(excess, ctx.cfg.gap_floor_chunks)
     if lead:
@@ -609,7 +610,7 @@ def _score_backlog(
     nics = _weights(backlog, topo.nic_key)
     most = max(n for n, _, _ in nics.values())
     senders_all = {topo.nic_key(f.rank) for f, _ in backlog}
-    if not lead and most < 0.5 * len(backlog) and len(senders_all) >= 3:
+    if most < 0.5 * len(backlog) and len(senders_all) >= 3:
         _blame_hosts(
             ctx,
             suspects,
