@@ -302,7 +302,8 @@ def observe_flow_lag(
     cfg = ctx.cfg
     out: list[Anomaly] = []
     for rank, (gt, td) in sorted(gaps.items()):
-        role_gap_baseline(ctx, stat.comm, "gt").observe(gt, cfg, cfg.gap_floor_chunks)
+        ready = role_gap_baseline(ctx, stat.comm, "gt")
+        ready.observe(gt, cfg, gap_floor(ready, cfg))
         pool = role_gap_baseline(ctx, stat.comm, "td")
         pooled = pool.observe(td, cfg, gap_floor(pool, cfg))
         own = ctx.book.get_scalar((stat.comm, rank, "td"))

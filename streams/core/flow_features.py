@@ -24,7 +24,7 @@ class FlowFeatures:
     """Per-flow statistics over the window.
 
     ``ready`` is the mean over every snapshot, as a fraction of the flow's
-    total; ``gt_chunks`` and ``td_chunks`` are the worst op's mean gap in
+    total; ``gt_chunks`` and ``td_chunks`` are the worst op's median gap in
     chunks over the snapshots where the flow had started (something ready,
     not all done); ``started``: there was one. ``episodes`` counts the
     freezes (T still for ``FREEZE_NS`` or more while G > T within one op),
@@ -117,22 +117,24 @@ def _group_median(
 def _worst_op(
     run: np.ndarray, flow: np.ndarray, n: int, ahead: str, behind: str
 ) -> np.ndarray:
-    """Per flow, the largest per-op mean of ``ahead - behind`` over its
+    """Per flow, the largest per-op median of ``ahead - behind`` over its
     started snapshots (0 without one): a link that fails now and then (a
-    flap) hits some ops only, which a mean over the whole window would
-    dilute."""
+    flap) hits some ops only, which a statistic over the whole window would
+    dilute. The median per op is what the role's baseline learns from each
+    completed op (``detect_slow.op_flow_gaps``): a per-op mean is pulled up
+    by the one or two snapshots of an op taken while a burst was staged, and
+    the worst of many such means left the band on healthy flows."""
     out = np.zeros(n)
     if not len(run):
         return out
     order = np.lexsort((run["seq"], flow))
     ids, heads = _runs(flow[order], run["seq"][order])
-    op_of = np.empty_like(ids)
-    op_of[order] = ids  # summed in row order, as per flow
-    gap = (run[ahead] - run[behind]).astype(np.float64)
-    means = np.bincount(op_of, weights=gap) / np.bincount(op_of)
+    gap = (run[ahead] - run[behind]).astype(np.float64)[order]
+    counts = np.diff(np.append(heads, len(ids)))
+    medians = _group_median(gap, ids, heads, counts)
     op_flow = flow[order][heads]
     firsts = np.flatnonzero(np.diff(op_flow, prepend=-1))
-    out[op_flow[firsts]] = np.maximum.reduceat(means, firsts)
+    out[op_flow[firsts]] = np.maximum.reduceat(medians, firsts)
     return out
 
 

@@ -43,7 +43,7 @@ from mycroft.streams.core.baseline import size_buckets
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
 from mycroft.streams.core.detect import DetectContext
-from mycroft.streams.core.detect_slow import role_gap_baseline
+from mycroft.streams.core.detect_slow import gap_floor, role_gap_baseline
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
@@ -380,7 +380,7 @@ def _flag_gaps(
     ctx: DetectContext, flows: list[FlowFeatures], gap: str
 ) -> list[LinkFlag]:
     """Return the cross-host flows whose ``gap`` (``"gt"`` = G-T, ``"td"`` =
-    T-D; worst op's mean, chunks) is out of their role's band.
+    T-D; worst op's median, chunks) is out of their role's band.
 
     The band is the role's pooled healthy baseline (learned by the detector
     from completed ops) when warm, else the role's peers in this window.
@@ -400,7 +400,7 @@ def _flag_gaps(
             role = peers.setdefault(info.role if info else "other", {})
             role.update({i: getattr(flows[i], f"{gap}_chunks") for i in idx})
             continue
-        cut, med = base.threshold(cfg, floor), base.stats()[0]
+        cut, med = base.threshold(cfg, gap_floor(base, cfg)), base.stats()[0]
         for i in idx:
             v = getattr(flows[i], f"{gap}_chunks")
             if v > cut:
@@ -594,6 +594,19 @@ def _score_backlog(
             score=link_score(Rule.PCIE_BACKLOG, rx.flows),
         )
         return
+    # NICs whose flows hold far more backlog than the other NICs' are where
+    # it builds up; the small backlogs elsewhere wait on them (every flow of
+    # a job stalls while one proxy or NIC holds its data back). The rules
+    # below read their flows only: a congested switch still spreads them
+    # over several NICs, one failing NIC or proxy does not.
+    excess = {k: w for k, (_, _, w) in _weights(backlog, topo.nic_key).items()}
+    lead = _outliers(excess, ctx.cfg.gap_floor_chunks)
+    if lead:
+        backlog = [
+            (f, ex)
+            for f, ex in backlog
+            if topo.nic_key(f.rank) in lead or topo.nic_key(f.peer) in lead
+        ]
     nics = _weights(backlog, topo.nic_key)
     most = max(n for n, _, _ in nics.values())
     senders_all = {topo.nic_key(f.rank) for f, _ in backlog}

@@ -493,7 +493,9 @@ def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
                 run["seq"].tolist(), (run[a] - run[b]).tolist(), strict=True
             ):
                 by_op.setdefault(s, []).append(float(gap))
-            worst[name] = max((sum(v) / len(v) for v in by_op.values()), default=0.0)
+            worst[name] = max(
+                (float(np.median(v)) for v in by_op.values()), default=0.0
+            )
         eps, longest, at, begin = 0, 0, -1, -1
         for i in range(1, len(f) + 1):
             stuck = (
