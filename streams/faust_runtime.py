@@ -195,7 +195,7 @@ def dump_slot(slot: JobSlot) -> bytes:
 MAX_MESSAGE_BYTES = 16 << 20
 """Largest record the worker produces (its producer's request size and the
 snapshot topic's ``max.message.bytes``). A 1,024-rank job's engine snapshot
-is ~2.5 MB compressed, ~5 MB during a slowdown incident."""
+is ~8 MB compressed (``bench/results/snapshot_cost.json``)."""
 
 SNAPSHOT_MAX_BYTES = MAX_MESSAGE_BYTES - (64 << 10)
 """Largest snapshot written: the rest is headroom for its key and framing."""
