@@ -22,10 +22,11 @@ def _half(r: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, h in r["halves"].items():
+        keys = ("detection_rate", "culprit_accuracy", "component_accuracy")
+        rates = [h[k] if h["fault_runs"] else "-" for k in keys]  # healthy only
         lines.append(
-            f"| {name} | {h['fault_runs']} | {h['detection_rate']} | "
-            f"{h['culprit_accuracy']} | {h['component_accuracy']} | "
-            f"{h['detection_p90_s']} | {h['false_root_causes_healthy']} "
+            f"| {name} | {h['fault_runs']} | {' | '.join(map(str, rates))} | "
+            f"{h['detection_p90_s'] or '-'} | {h['false_root_causes_healthy']} "
             f"({h['healthy_minutes']}) | {h['false_root_causes_before_onset']} |"
         )
     lines += ["", "| setting | runs | culprit | component | false root causes |"]
@@ -53,6 +54,12 @@ RENDERERS = {
     "campaign_general_report": (
         "General campaign: report-only half (every setting, faults and healthy)",
         "python bench/campaign_general.py --half report",
+        _half,
+    ),
+    "campaign_general_report_healthy": (
+        "General campaign: report-only half, 30 healthy simulated minutes",
+        "python bench/campaign_general.py --half report --faults none "
+        "--healthy-runs 6 --healthy-duration 60",
         _half,
     ),
 }

@@ -1,4 +1,4 @@
-"""Cost of the tracer's Flight Recorder poll (CPU time of the beat thread).
+"""Cost of the tracer's Flight Recorder poll (CPU time of its poll thread).
 
 ``python bench/torch_fr_poll.py [--out bench/results/torch_fr_poll.json]``
 

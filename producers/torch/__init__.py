@@ -40,13 +40,18 @@ from mycroft.producers.torch.frlive import (
     DEFAULT_FULL_PERIOD_S,
     FrConfig,
 )
+from mycroft.producers.torch.nccl_done import TIMING_ENV
 from mycroft.producers.torch.tracer import DEFAULT_RING_DIR, Tracer
 
 log = logging.getLogger(__name__)
 ENV_FLAG = "MYCROFT_TORCH_TRACE"
 FR_SIZE_ENV = "TORCH_FR_BUFFER_SIZE"
 TORCH_FR_DEFAULT_ENTRIES = 2000
-"""torch's Flight Recorder ring size when ``TORCH_FR_BUFFER_SIZE`` is unset."""
+"""torch's Flight Recorder ring size when ``TORCH_FR_BUFFER_SIZE`` is unset,
+from 2.13 on; measured 0 (nothing recorded) on 2.8 and 2.10."""
+FR_DEFAULT_SINCE = (2, 13)
+"""The first release measured with a recorder on by default (2.11 and 2.12
+were not measured; they are taken as off)."""
 _state: dict[str, Any] = {}
 
 
@@ -58,6 +63,7 @@ def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
     *,
     flight_recorder: bool = True,
     fr_poll_s: float = DEFAULT_FULL_PERIOD_S,
+    gpu_done: bool = True,
 ) -> Tracer:
     """Wrap the ``torch.distributed`` ops of this process; return the tracer.
 
@@ -66,7 +72,10 @@ def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
     ``ring_dir`` (default ``/dev/shm/mycroft``). With ``flight_recorder``
     the Flight Recorder's live buffer is polled on every beat, so that ops
     issued from C++ (DDP) are recorded too (``frlive``); ``fr_poll_s`` is
-    the shortest wait between two reads of its entries.
+    the shortest wait between two reads of its entries. With
+    ``gpu_done`` (and the Flight Recorder) a NCCL group's collectives
+    complete at the GPU's time (``nccl_done``): ``TORCH_NCCL_ENABLE_TIMING``
+    is set to 1 when unset and no group exists yet.
     """
     running = _state.get("tracer")
     if isinstance(running, Tracer):
@@ -74,13 +83,15 @@ def install(  # noqa: PLR0913 - keyword settings, one per MYCROFT_* variable
     from mycroft.producers.torch.patch import Patcher  # noqa: PLC0415 - torch
 
     fr = None
+    loaded = sys.modules.get("torch.distributed")
+    made = loaded is not None and bool(loaded.is_initialized())
     if flight_recorder:
-        loaded = sys.modules.get("torch.distributed")
-        made = loaded is not None and bool(loaded.is_initialized())
-        fr = FrConfig(fr_capacity(os.environ, made), fr_poll_s)
+        fr = FrConfig(fr_capacity(os.environ, made, _torch_fr_default()), fr_poll_s)
+        if gpu_done and not made:
+            os.environ.setdefault(TIMING_ENV, "1")
     dist = importlib.import_module("torch.distributed")
     tracer = Tracer(ring_dir or DEFAULT_RING_DIR, nslots, beat_s, not keep_ring)
-    patcher = Patcher(tracer, dist, fr)
+    patcher = Patcher(tracer, dist, fr, gpu_done=gpu_done)
     patcher.install()
     _state.update(tracer=tracer, patcher=patcher)
     atexit.register(uninstall)
@@ -123,13 +134,18 @@ def uninstall() -> None:
         tracer.close()
 
 
-def fr_capacity(env: MutableMapping[str, str], recorder_made: bool) -> int:
+def fr_capacity(
+    env: MutableMapping[str, str],
+    recorder_made: bool,
+    torch_default: int = TORCH_FR_DEFAULT_ENTRIES,
+) -> int:
     """The Flight Recorder's ring size in entries; asks for ours if unset.
 
     ``TORCH_FR_BUFFER_SIZE`` (``TORCH_NCCL_TRACE_BUFFER_SIZE`` before 2.8)
     wins when set. Unset, it is set to :data:`DEFAULT_FR_ENTRIES` unless a
     process group exists already (torch reads it when the first group is
-    made; then torch's own default, 2000, is in force).
+    made; then torch's own default, ``torch_default``, is in force: 0, no
+    recorder, before 2.13).
     """
     for name in (FR_SIZE_ENV, "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         raw = env.get(name, "").strip()
@@ -139,9 +155,30 @@ def fr_capacity(env: MutableMapping[str, str], recorder_made: bool) -> int:
             except ValueError:
                 return 0  # torch would not parse it either
     if recorder_made:
-        return TORCH_FR_DEFAULT_ENTRIES
+        if not torch_default:
+            log.warning(
+                "mycroft: the Flight Recorder is off in this torch (%s unset when "
+                "the first process group was made): collectives issued in C++ "
+                "(DDP) are not traced; set MYCROFT_TORCH_TRACE=1 or call "
+                "install() before init_process_group, or export %s",
+                FR_SIZE_ENV,
+                FR_SIZE_ENV,
+            )
+        return torch_default
     env[FR_SIZE_ENV] = str(DEFAULT_FR_ENTRIES)
     return DEFAULT_FR_ENTRIES
+
+
+def _torch_fr_default() -> int:
+    """torch's recorder size when its variable is unset, by the loaded
+    torch's version (0 before :data:`FR_DEFAULT_SINCE`)."""
+    version = str(getattr(sys.modules.get("torch"), "__version__", ""))
+    parts = version.split("+", maxsplit=1)[0].split(".")[:2]
+    try:
+        major_minor = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return TORCH_FR_DEFAULT_ENTRIES
+    return TORCH_FR_DEFAULT_ENTRIES if major_minor >= FR_DEFAULT_SINCE else 0
 
 
 def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -165,6 +202,8 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     out["keep_ring"] = env.get("MYCROFT_TORCH_KEEP_RING", "") not in ("", "0")
     if env.get("MYCROFT_TORCH_FR", "1").strip() == "0":
         out["flight_recorder"] = False
+    if env.get("MYCROFT_TORCH_GPU_DONE", "1").strip() == "0":
+        out["gpu_done"] = False
     return out
 
 

@@ -6,16 +6,17 @@ the backend directly. The Flight Recorder (FR) records every collective a
 process group runs, whoever issued it, so :class:`FrPoller` reads it and
 writes the ops the wrappers did not see.
 
-Per tick (``Tracer.beat_s``) it reads the FR *header* (``pg_status`` only,
-~10 us): the newest enqueued and completed collective of each group (keyed
-by an id the entries map to the group's name). Only when a group has enqueued
-a collective this rank has not recorded yet does it read the entries (cost
-grows with the ring: ~5 us per entry to dump, ~2 to decode), at most every
-``full_period_s`` (default 0: every tick) unless the unread entries reach
-half of ``capacity``. Entries are taken incrementally by ``record_id``; a gap
-in record ids (the ring wrapped between reads) is counted in ``stats.lost``
-and reported as dropped ops in the beat. Entries already in the recorder
-when polling starts are skipped.
+Per tick (``Tracer.beat_s``, on the tracer's poll thread) it reads the FR
+*header* (``pg_status`` only, ~10 us): the newest enqueued and completed
+collective of each group (keyed by an id the entries map to the group's
+name). Only when a group has enqueued a collective this rank has not
+recorded yet does it read the entries (cost grows with the ring: ~5 us per
+entry to dump, ~2 to decode), at most every ``full_period_s`` (default 0:
+every tick) unless the unread entries reach half of ``capacity``. Entries
+are taken incrementally by ``record_id``; a gap in record ids (the ring
+wrapped between reads) is counted in ``stats.lost`` and reported as dropped
+ops in the beat. Entries already in the recorder when polling starts are
+skipped.
 
 Numbering: an op of group ``g`` is ``(comm_hash(g), collective_seq_id - 1)``,
 the same on every rank and the same the wrappers use while the poller runs
@@ -279,7 +280,7 @@ class FrPoller:
         read = False
         try:
             read = self._poll(self.clock_ns())
-        except Exception as exc:  # never break the beat thread
+        except Exception as exc:  # never break the poll thread
             self.stats.errors += 1
             if not self.stats.last_error:
                 log.warning("mycroft: Flight Recorder poll failed: %s", exc)
@@ -364,6 +365,8 @@ class FrPoller:
             op.created_ns, ref.comm, op.seq, op.nbytes, op.kind, op.dtype
         )
         self.stats.emitted += 1
+        if ref.gpu_done:  # its completion comes from the GPU (``nccl_done``)
+            return
         if op.completed_ns or op.retired:
             self.tracer.done(op.completed_ns or now_ns, ref.comm, op.seq, start)
             self.stats.done += 1

@@ -11,7 +11,9 @@ that raises leaves its op in flight: it never completed.
 With the Flight Recorder polled (``frlive``), a collective takes torch's
 number for it (``CommRef.next_seq``), so that the poller can tell a wrapped
 op from one issued in C++; otherwise each group counts its wrapped ops.
-Point-to-point ops count on a virtual two-member communicator per
+On a NCCL group whose on-completion hook took (``nccl_done``), a
+collective's OP_DONE is the GPU's, written by the hook's drain, and the
+wrappers write none. Point-to-point ops count on a virtual two-member communicator per
 (group, src, dst), so both sides agree on numbers; ``recv`` from any source
 (``src=None``) is not traced. An op a traced op calls inside (``recv`` calls
 ``irecv``) is not recorded again. torch types are ``Any`` at this boundary.
@@ -29,6 +31,7 @@ from typing import Any
 
 from mycroft.producers.ring_layout import DTYPES
 from mycroft.producers.torch.frlive import FrConfig, FrPoller, recorder_dumps
+from mycroft.producers.torch.nccl_done import GpuCompletions, register
 from mycroft.producers.torch.tracer import CommRef, Tracer, comm_hash, p2p_hash
 from mycroft.schemas.vocab import OP_NAMES
 
@@ -136,11 +139,20 @@ class TracedWork:
 class Patcher:
     """Installs and removes the wrappers on ``torch.distributed``."""
 
-    def __init__(self, tracer: Tracer, dist: Any, fr: FrConfig | None = None) -> None:
+    def __init__(
+        self,
+        tracer: Tracer,
+        dist: Any,
+        fr: FrConfig | None = None,
+        *,
+        gpu_done: bool = True,
+    ) -> None:
         self.tracer, self.dist = tracer, dist
         self.c10d = dist.distributed_c10d
         self.fr = fr if fr is not None and fr.capacity > 0 else None
         self.poller: FrPoller | None = None
+        self.gpu: GpuCompletions | None = None
+        self._gpu_wanted = gpu_done
         self.originals: dict[str, Any] = {}
         self._groups: dict[int, tuple[Any, CommRef]] = {}
         self._by_name: dict[str, CommRef] = {}
@@ -172,7 +184,17 @@ class Patcher:
         self.poller = poller
         poller.start()
         self.tracer.dropped_ops = lambda: poller.stats.lost
-        self.tracer.on_tick = poller.poll
+        if not (nccl and self._gpu_wanted):
+            self.tracer.on_tick = poller.poll
+            return
+        gpu = self.gpu = GpuCompletions(self.tracer)
+        self.tracer.dropped_ops = lambda: poller.stats.lost + gpu.stats.lost
+
+        def tick() -> None:
+            poller.poll()  # OP_ISSUED of the C++-issued ops first
+            gpu.drain()
+
+        self.tracer.on_tick = tick
 
     def ref_by_name(self, name: str) -> CommRef | None:
         """The communicator of the group torch names ``name`` (None: unknown)."""
@@ -205,7 +227,10 @@ class Patcher:
         ref = CommRef(comm_hash(name), ranks, role or f"pg{name}", pg=pg)
         if self.poller is not None:
             ref.backend_seq = pg._get_sequence_number_for_group
-            ref.counts_p2p = str(self.dist.get_backend(pg)).lower() == "gloo"
+            backend = str(self.dist.get_backend(pg)).lower()
+            ref.counts_p2p = backend == "gloo"
+            if self.gpu is not None and "nccl" in backend:
+                register(pg, ref, self.gpu)
         self._groups[key] = (group, ref)
         self._by_name[name] = ref
         me = int(self.dist.get_rank())
@@ -260,6 +285,8 @@ class Patcher:
             t0 = time.time_ns()
             tracer.issued(t0, ref.comm, seq, nbytes, kind, dtype)
             work = fn(*args, **kwargs)
+            if ref.gpu_done:  # the GPU's completion comes through the hook
+                return work
             if argi.get("async_op", args, kwargs) and work is not None:
                 return TracedWork(work, tracer, ref.comm, seq, t0)
             tracer.done(time.time_ns(), ref.comm, seq, t0)
@@ -325,6 +352,8 @@ class Patcher:
         def traced(*args: Any, **kwargs: Any) -> Any:
             if self.poller is not None:  # the last ops, while the groups exist
                 self.poller.flush()
+            if self.gpu is not None:
+                self.gpu.drain()
             return fn(*args, **kwargs)
 
         return traced

@@ -74,6 +74,8 @@ class CommRef:
     wrapped: dict[int, int] = field(default_factory=dict)
     known: int = 0
     backend_seq: Callable[[], int] | None = None
+    gpu_done: bool = False
+    """Completions come from the GPU (``nccl_done``): no other OP_DONE."""
 
     def next_seq(self) -> int:
         """The number of the collective about to be issued on this group.
@@ -142,13 +144,16 @@ class Tracer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._ticker: threading.Thread | None = None
         self.on_tick: Callable[[], None] | None = None
-        """Called from the beat thread every tick (the Flight Recorder poll)."""
+        """Called every beat period from a thread of its own (the Flight
+        Recorder poll): a call into torch that blocks (a recorder dump
+        waiting on a hung group) must not stop the liveness beat."""
         self.dropped_ops: Callable[[], int] = lambda: 0
         """Ops known to be missing from the ring (reported in every BEAT)."""
 
     def open(self, rank: int, local_rank: int = -1) -> None:
-        """Create this process's ring and start the beat thread (idempotent)."""
+        """Create this process's ring, start the beat and poll threads (idempotent)."""
         if self.ring is not None:
             return
         self.ring_dir.mkdir(parents=True, exist_ok=True)
@@ -159,6 +164,10 @@ class Tracer:
             target=self._beat_loop, name="mycroft-beat", daemon=True
         )
         self._beat.start()
+        self._ticker = threading.Thread(
+            target=self._tick_loop, name="mycroft-poll", daemon=True
+        )
+        self._ticker.start()
         log.info("mycroft: tracing rank %d into %s", rank, path)
 
     def register(self, ref: CommRef, comm_rank: int) -> None:
@@ -200,11 +209,14 @@ class Tracer:
             ring.op_done(ts_ns, comm, seq, start_ns)
         self.stats.done += 1
 
-    def _beat_loop(self) -> None:
+    def _tick_loop(self) -> None:
         while not self._stop.wait(self.beat_s):
             tick = self.on_tick
             if tick is not None:
                 tick()
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.beat_s):
             lost = self.dropped_ops()
             beat = Beat(time.time_ns(), self.stats.issued, dropped_ops=lost)
             with self._lock:
@@ -217,8 +229,9 @@ class Tracer:
     def close(self) -> None:
         """Stop the beat; unmap (and unless kept, remove) the ring."""
         self._stop.set()
-        if self._beat is not None and self._beat is not threading.current_thread():
-            self._beat.join(timeout=2 * self.beat_s + 1)
+        for thread in (self._beat, self._ticker):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=2 * self.beat_s + 1)
         with self._lock:
             ring, self.ring = self.ring, None
             if ring is not None:

@@ -17,6 +17,7 @@ from mycroft.streams.core.baseline_columns import (
     Rule,
 )
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.hold_back import HOLD_ROW
 
 
 def _median(ordered: list[float]) -> float:
@@ -260,6 +261,8 @@ class BaselineBook:
             for name, rule in FAMILY_RULES.items()
         }
         self._book: dict[tuple[object, ...], RobustBaseline] = {}
+        self.holds = np.zeros(0, HOLD_ROW)
+        """Each comm's last ``hold_of`` ops and who held them back (``hold_back``)."""
 
     def get(self, key: tuple[object, ...]) -> RobustBaseline | ColumnBaseline:
         """Return the baseline of ``key``, creating an empty one."""

@@ -60,6 +60,21 @@ class DetectorConfig:
             of its baseline's healthy samples (times ``slow_ratio_min``):
             credit-based counters idle at 0 between bursts of posted slots,
             so the median and MAD alone call every burst a backlog.
+        hold_min_members: Ops of at least this many members are read for a
+            rank that holds its group back (``hold_back``); a pair's arrival
+            order is set by its place in a pipeline schedule.
+        hold_of: Ops of a comm in the window over which a rank's holds are
+            summed: several training steps of a comm that runs one to ten
+            ops a step, a fraction of a second of a busy one.
+        hold_need: Held ops of one rank in that window needed before its
+            share counts, the latest ``hold_need`` of them at the same place
+            of successive steps: one late op is a GC pause or a hiccup, and
+            a descheduled process holds ops at random places; a cause
+            repeats (the same layer's backward, every step).
+        hold_share_min: Share of the window's elapsed time that one rank's
+            holds (beyond its usual lateness) must reach: a tenth of a
+            group's time lost to one member is worth an operator's look,
+            and healthy jitter spread over the members stays far below it.
         port_flap_need: Heartbeats with port events (link downed or
             recovered, port not active) within ``port_flap_window_s`` that
             make a flapping NIC an anomaly: one or two retrains are routine,
@@ -99,6 +114,10 @@ class DetectorConfig:
     recur_extra_s: float = 0.02
     gap_floor_chunks: float = 1.5
     gap_quantile: float = 0.95
+    hold_min_members: int = 3
+    hold_of: int = 32
+    hold_need: int = 3
+    hold_share_min: float = 0.1
     port_flap_need: int = 3
     port_flap_window_s: float = 10.0
     history_s: float = 12.0

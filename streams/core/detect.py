@@ -7,7 +7,8 @@
 * slowdown (``detect_slow``): a completed collective leaves the robust band
   of its baseline (transfer time, per-rank late arrival; a severe span), or
   its send flows to other hosts keep a transmitted-not-done lag (T-D) above
-  their role's.
+  their role's; or one rank alone keeps a group waiting for a real share
+  of its time (``hold_back``: one late op a step).
 * mismatch: members disagree on op kind or size at one ``(comm, seq)``.
 """
 

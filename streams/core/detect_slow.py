@@ -19,10 +19,11 @@ from mycroft.schemas.records import Anomaly
 from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
-from mycroft.streams.core.baseline_columns import BaselineColumns, Observed
+from mycroft.streams.core.baseline_columns import WARMUP, BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, new_anomaly
+from mycroft.streams.core.hold_back import Hold, advance_holds, op_holds
 from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
 
 FlowGaps = dict[int, tuple[float, float]]
@@ -78,9 +79,14 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     late = _observe_late(fam["late"], m, np.repeat(floors, m.size), ctx)
     late_fired = np.zeros(len(done), bool)
     np.logical_or.at(late_fired, m.op, late.fired)
+    usual = np.where(late.verdict != WARMUP, late.median_before, np.nan)
+    rows = op_holds(mem, m.late, usual, floors, cfg)
+    fam_holds, holds = advance_holds(ctx.book.holds, rows, cfg)
+    ctx.book.holds = fam_holds
+    late_fired[[h.op for h in holds]] = True
     quiet = np.flatnonzero(~(span.fired | xfer.fired | late_fired))
     _observe(fam["span_any"], (comm[quiet],), "span_any", m.queued[quiet], 1e18, ctx)
-    return _report(ctx, done, m, {"span": span, "xfer": xfer, "late": late})
+    return _report(ctx, done, m, {"span": span, "xfer": xfer, "late": late}, holds)
 
 
 def _report(
@@ -88,15 +94,20 @@ def _report(
     done: Sequence[Completed],
     m: _Metrics,
     seen: dict[str, Observed],
+    holds: Sequence[Hold],
 ) -> list[Anomaly]:
     """The slowdowns of a block: per collective, what its samples fired
-    (span, xfer, late by member), then its flow lag."""
+    (span, xfer, late by member, holds by rank), then its flow lag."""
     late = seen["late"]
     late_by_op: dict[int, list[int]] = {}
     for j in np.flatnonzero(late.fired).tolist():
         late_by_op.setdefault(int(m.op[j]), []).append(j)
     busy = seen["span"].fired | seen["xfer"].fired
     busy[list(late_by_op)] = True
+    holds_by_op: dict[int, list[Hold]] = {}
+    for h in holds:
+        holds_by_op.setdefault(h.op, []).append(h)
+    busy[list(holds_by_op)] = True
     # Most ops fire nothing and no snapshot caught their flows in flight.
     some = {i for i, d in enumerate(done) if d[2]}.union(np.flatnonzero(busy).tolist())
     out: list[Anomaly] = []
@@ -113,6 +124,7 @@ def _report(
             out.append(
                 _slow_anomaly(ctx, stat, "late", float(m.late[j]), median, rank, now_ns)
             )
+        out += [_hold_anomaly(ctx, stat, h, now_ns) for h in holds_by_op.get(i, ())]
         out += observe_flow_lag(ctx, stat, gaps, now_ns)
     return out
 
@@ -329,6 +341,27 @@ def observe_flow_lag(
                 )
             )
     return out
+
+
+def _hold_anomaly(
+    ctx: DetectContext, stat: CollectiveStat, hold: Hold, now_ns: int
+) -> Anomaly:
+    name = OP_NAMES[stat.kind] if stat.kind < len(OP_NAMES) else str(stat.kind)
+    return new_anomaly(
+        ctx,
+        "slow_hold",
+        f"{comm_hex(stat.comm)}:{stat.seq}:hold{hold.rank}",
+        FaultKind.SLOWDOWN,
+        (stat.comm,),
+        (hold.rank,),
+        hold.first_ns,
+        now_ns,
+        f"{name} seq {stat.seq} on comm {comm_hex(stat.comm)}: rank {hold.rank} "
+        f"alone held {hold.count} of the comm's last {ctx.cfg.hold_of} ops back, "
+        f"{hold.held_ns / 1e6:.0f} ms beyond its usual lateness "
+        f"({hold.share:.0%} of their time)",
+        score=hold.share / ctx.cfg.hold_share_min,
+    )
 
 
 def _slow_anomaly(  # noqa: PLR0917 - private helper of one module

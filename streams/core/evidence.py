@@ -96,6 +96,9 @@ class Rule(StrEnum):
     """A late rank computes longer between ops than its on-time peers."""
     LATE_ARRIVAL = auto()
     """The rank issues its ops late."""
+    HOLDS_BACK = auto()
+    """The rank alone keeps a group waiting on some of its ops (one op a
+    step), a real share of the group's time."""
     READY_LAGS = auto()
     """The rank's gpu_ready lags its peers' while it issues on time."""
     FINISHES_LAST = auto()

@@ -46,6 +46,7 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import gap_floor, role_gap_baseline
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
+from mycroft.streams.core.hold_back import score_holds
 from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 from mycroft.streams.core.scoring import (
@@ -310,6 +311,13 @@ def explain_slowdown(
     weak = _score_timing(
         ctx, suspects, (late, worst), end_lag, early, span, flows, slow
     )
+    if not suspects:
+        # Holding a group back is the last timing evidence read, when nothing
+        # else named a suspect, and revisable like a worst-group verdict: a
+        # rank downstream of a slow one holds its group at the same place of
+        # every step too, before the flows that name the cause accumulate.
+        usual = _late_medians(ctx, np.repeat(mem.comm, mem.size), mem.rank)
+        weak |= score_holds(suspects, mem, usual, floor, ctx.cfg, early)
     weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
     for st in list(stats)[-3:]:
         evidence.append(

@@ -118,6 +118,9 @@ WEIGHTS: dict[Rule, Weight] = {
         _G, 1.5, _RANK, "its own compute; + lateness / span (at most 1)"
     ),
     Rule.LATE_ARRIVAL: Weight(_G, 1.0, _RANK, "+ lateness / span"),
+    Rule.HOLDS_BACK: Weight(
+        _G, 1.5, _RANK, "what the group lost to it; + that share of its time"
+    ),
     Rule.READY_LAGS: Weight(_P, 1.0, _RANK, "copies late; + the ready deficit"),
     Rule.FINISHES_LAST: Weight(
         _P, 0.8, _RANK, "weaker alone; + 0.4 if gpu_ready lags, + lag / span"

@@ -91,6 +91,20 @@ def _publish(
     assert pub.flush(30) == 0 and pub.stats.failed == 0
 
 
+def _difference(
+    jobs: dict[str, list[tuple[int, Record]]],
+    live: Callable[[str], Verdict],
+    offline: dict[str, Verdict],
+    worker: WorkerProcess,
+) -> str:
+    """The jobs whose live verdict differs, both verdicts in full, the log's tail."""
+    lines = []
+    for job in jobs:
+        if live(job) != offline[job]:
+            lines += [f"{job} live:    {live(job)}", f"{job} offline: {offline[job]}"]
+    return "\n".join([*lines, worker.log()[-3000:]])
+
+
 def test_live_verdicts_equal_offline_across_read_orders_and_a_kill(
     kafka_bootstrap: str, unique_name: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -119,11 +133,7 @@ def test_live_verdicts_equal_offline_across_read_orders_and_a_kill(
 
         deadline = time.monotonic() + 120
         while any(live(j) != offline[j] for j in ("et-nic", "et-gpu")):
-            assert time.monotonic() < deadline, (
-                {j: live(j) for j in jobs},
-                offline,
-                worker.log()[-3000:],
-            )
+            assert time.monotonic() < deadline, _difference(jobs, live, offline, worker)
             out.poll(0.5)
         out.poll(5.0)  # anything later would be a difference too
         assert {j: live(j) for j in jobs} == offline

@@ -45,27 +45,6 @@ def worker(
     yield from live.worker(kafka_bootstrap, tmp_path_factory.mktemp("torch-par"))
 
 
-FLAKY = {
-    # (job, scenario): named on some runs, not on others (not strict)
-    ("fsdp2", "stall"): "named in a full CI run (2 cores, 14 s); on a more "
-    "loaded machine every rank's ring stopped beating when rank 2 stalled, so "
-    "no rank stood out: cause not found yet",
-}
-PERIODIC = (
-    "no anomaly: rank 2 is late by 0.25-0.35 s in one op of every iteration "
-    "(1 op in {n} on the world comm, the others within gloo's +-40 ms), and "
-    "lateness fires on 5 of a rank's last 8 ops or on their median; a "
-    "straggler that delays one op per step needs lateness keyed by the op's "
-    "place in the step, or the time a rank makes the others wait summed "
-    "over a window (streams/core/README.md, Known limits)"
-)
-NOT_NAMED = {
-    # (job, scenario): why no root cause names the culprit yet
-    ("fsdp2", "straggler"): PERIODIC.format(n=9),
-    ("tp", "straggler"): PERIODIC.format(n=4),
-}
-
-
 @pytest.mark.parametrize("scenario", ["stall", "crash", "straggler"])
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_fault_named_live(
@@ -73,14 +52,7 @@ def test_fault_named_live(
     tmp_path: Path,
     job: str,
     scenario: str,
-    request: pytest.FixtureRequest,
 ) -> None:
-    if (job, scenario) in NOT_NAMED:
-        reason = NOT_NAMED[job, scenario]
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-    if (job, scenario) in FLAKY:
-        reason = FLAKY[job, scenario]
-        request.applymarker(pytest.mark.xfail(strict=False, reason=reason))
     args, kind, timeout_s = SCENARIOS[scenario]
     job_args = [*args, "--scenario", scenario, "--culprit", str(CULPRIT)]
     want = (CULPRIT, kind)

@@ -26,14 +26,17 @@ from mycroft.streams.core.baseline import (
     size_buckets,
 )
 from mycroft.streams.core.baseline_columns import BaselineColumns, Rule
+from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import (
     Completed,
+    _hold_anomaly,
     _slow_anomaly,
     observe_collectives,
     observe_flow_lag,
 )
+from mycroft.streams.core.hold_back import Hold
 
 RULES = [
     Rule(8, 5, shift=True),  # late
@@ -142,9 +145,16 @@ def _one_at_a_time(
     def get(key: tuple[object, ...]) -> RobustBaseline:
         return book.setdefault(key, RobustBaseline(cfg.baseline_window))
 
+    windows: dict[int, deque[tuple[int, int, int, float, int]]] = {}
     for stat, now_ns, gaps in done:
         key = (stat.comm, stat.kind, size_bucket(stat.nbytes))
         med_span = get((*key, "span")).stats()[0]
+        usual = [
+            get((stat.comm, r, "late")).stats()[0]
+            if get((stat.comm, r, "late")).warm
+            else None
+            for r in stat.ranks.tolist()
+        ]
         samples = [
             ("span", (*key, "span"), float(stat.span_ns), ()),
             ("xfer", (*key, "xfer"), float(stat.xfer_ns), ()),
@@ -172,10 +182,54 @@ def _one_at_a_time(
                 fired.append(
                     _slow_anomaly(ctx, stat, metric, value, median, ranks, now_ns)
                 )
+        fired += _held_back(ctx, windows, stat, usual, med_span, now_ns)
         if not fired:
             get((stat.comm, "span_any")).observe(float(stat.queued_span_ns), cfg, 1e18)
         out += fired + observe_flow_lag(ctx, stat, gaps, now_ns)
     return out
+
+
+def _held_back(  # noqa: PLR0913, PLR0917 - the reference's state
+    ctx: DetectContext,
+    windows: dict[int, deque[tuple[int, int, int, float, int]]],
+    stat: CollectiveStat,
+    usual: list[float | None],
+    med_span: float,
+    now_ns: int,
+) -> list[Anomaly]:
+    """The hold rule one op at a time: who alone arrived last, by how much
+    beyond its usual lateness, summed over the comm's last ``hold_of`` ops."""
+    cfg = ctx.cfg
+    if len(stat.ranks) < cfg.hold_min_members:
+        return []
+    begin = stat.begin_ns.tolist()
+    order = sorted(range(len(begin)), key=lambda i: begin[i])
+    last, second = order[-1], order[-2]
+    late = float(stat.lateness_ns()[last])
+    u = usual[last]
+    excess = 0.0 if u is None else min(begin[last] - begin[second], late - u)
+    held = excess >= _floor_ns(cfg, "late", med_span)
+    holder = int(stat.ranks[last]) if held else -1
+    win = windows.setdefault(stat.comm, deque(maxlen=cfg.hold_of))
+    win.append(
+        (int(stat.begin_ns.min()), int(stat.end_ns.max()), holder, excess, stat.seq)
+    )
+    mine = [w for w in win if w[2] == holder]
+    if not held or len(mine) < cfg.hold_need:
+        return []
+    seqs = {w[4] for w in mine}  # the latest and need - 1 more, one step apart
+    if not any(
+        all(stat.seq - k * (stat.seq - s) in seqs for k in range(1, cfg.hold_need))
+        for s in seqs
+        if s < stat.seq
+    ):
+        return []
+    elapsed = max(w[1] for w in win) - min(w[0] for w in win)
+    share = sum(w[3] for w in mine) / max(elapsed, 1)
+    if share < cfg.hold_share_min:
+        return []
+    hold = Hold(0, holder, len(mine), sum(w[3] for w in mine), share, mine[0][0])
+    return [_hold_anomaly(ctx, stat, hold, now_ns)]
 
 
 @pytest.fixture(scope="module")

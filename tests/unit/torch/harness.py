@@ -107,7 +107,9 @@ def generate_dumps(scenario: str, out: Path, timeout_s: float = 60.0) -> Path:
 
     want = DUMPS_EXPECTED[scenario]
     args = [*SCENARIO_ARGS[scenario], "--fr-dir", str(out)]
-    with run_ranks(args, dict(os.environ), out / "logs") as procs:
+    # torch 2.8 records nothing unless the ring size is set (2.13: 2000).
+    env = {"TORCH_FR_BUFFER_SIZE": "2000"} | dict(os.environ)
+    with run_ranks(args, env, out / "logs") as procs:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             have = list((out / "pickle").glob("rank_*"))

@@ -123,10 +123,19 @@ def run_live(
     return found
 
 
-def summary(found: list[RootCause]) -> list[tuple[str, list[tuple[int, str, float]]]]:
-    """Root causes in short, for assertion messages."""
+def summary(
+    found: list[RootCause],
+) -> list[tuple[str, list[tuple[int, str, float, tuple[str, ...]]]]]:
+    """Root causes in short (culprits with the rules that named them), for
+    assertion messages."""
     return [
-        (r.kind.value, [(c.rank, c.component.value, c.confidence) for c in r.culprits])
+        (
+            r.kind.value,
+            [
+                (c.rank, c.component.value, c.confidence, tuple(c.rules))
+                for c in r.culprits
+            ],
+        )
         for r in found
     ]
 
