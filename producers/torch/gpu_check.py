@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     world = min(2, torch.cuda.device_count())
     with tempfile.TemporaryDirectory(prefix="mycroft-torch-gpu-") as ring_dir:
-        tmp.spawn(_rank, (world, _free_port(), args.steps, ring_dir), nprocs=world)
+        job = (world, _free_port(), args.steps, ring_dir)
+        tmp.spawn(_rank, job, nprocs=world)  # type: ignore[attr-defined,no-untyped-call]
         ranks, problems = [], []
         for rank in range(world):
             hook = json.loads((Path(ring_dir) / f"hook-r{rank}.json").read_text())
