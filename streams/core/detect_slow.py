@@ -354,7 +354,7 @@ def _hold_anomaly(
         FaultKind.SLOWDOWN,
         (stat.comm,),
         (hold.rank,),
-        hold.first_ns,
+        int(stat.issue_ns.min()),  # the op that fired, as every slowdown reports
         now_ns,
         f"{name} seq {stat.seq} on comm {comm_hex(stat.comm)}: rank {hold.rank} "
         f"alone held {hold.count} of the comm's last {ctx.cfg.hold_of} ops back, "

@@ -66,8 +66,6 @@ class Hold:
     """Time held beyond its usual lateness, summed over those ops."""
     share: float
     """``held_ns`` over the window's elapsed time."""
-    first_ns: int
-    """Begin of the first of those ops."""
 
 
 def op_holds(  # noqa: PLR0913, PLR0917 - columns of one block
@@ -152,7 +150,6 @@ def advance_holds(
                     count,
                     held,
                     share,
-                    int(win["begin"][mine].min()),
                 )
             )
     keep = _last_of_groups(starts, width)

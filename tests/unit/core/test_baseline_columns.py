@@ -228,7 +228,7 @@ def _held_back(  # noqa: PLR0913, PLR0917 - the reference's state
     share = sum(w[3] for w in mine) / max(elapsed, 1)
     if share < cfg.hold_share_min:
         return []
-    hold = Hold(0, holder, len(mine), sum(w[3] for w in mine), share, mine[0][0])
+    hold = Hold(0, holder, len(mine), sum(w[3] for w in mine), share)
     return [_hold_anomaly(ctx, stat, hold, now_ns)]
 
 
