@@ -68,9 +68,10 @@ class DetectorConfig:
             ops a step, a fraction of a second of a busy one.
         hold_need: Held ops of one rank in that window needed before its
             share counts, the latest ``hold_need`` of them at the same place
-            of successive steps: one late op is a GC pause or a hiccup, and
-            a descheduled process holds ops at random places; a cause
-            repeats (the same layer's backward, every step).
+            of successive steps with the rank on time in between: one late
+            op is a GC pause or a hiccup, and a descheduled process holds a
+            run of consecutive ops; a cause repeats (the same layer's
+            backward, every step).
         hold_share_min: Share of the window's elapsed time that one rank's
             holds (beyond its usual lateness) must reach: a tenth of a
             group's time lost to one member is worth an operator's look,

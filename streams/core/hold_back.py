@@ -160,21 +160,24 @@ def advance_holds(
 
 
 def periodic(seqs: np.ndarray, need: int) -> bool:
-    """Whether the latest of ``seqs`` (ascending op numbers of one comm) and
-    ``need - 1`` before it fall at the same place of successive steps: on an
-    arithmetic progression ``last - p, last - 2p, ...`` for some period ``p``
-    (other ops held in between do not break it).
+    """Whether the latest of ``seqs`` (ascending op numbers of one comm that
+    one rank held back) and ``need - 1`` before it fall at the same place of
+    successive steps, the rank on time somewhere in between: on a
+    progression ``last - p, last - 2p, ...`` with ``p >= 2``, and not every
+    op between ``last - p`` and ``last`` held.
 
-    A straggler slows the same layer's collective in every step, and the
-    ops of a step repeat; a rank the OS or a GC pause delays now and then
-    holds ops at no fixed place.
+    A straggler slows the same layer's collective in every step and is on
+    time for the others; a rank a GC pause or the OS delays for a while
+    holds a run of consecutive ops, and one slow on every op is the
+    lateness rule's (``slow_late``).
     """
     if len(seqs) < need:
         return False
     held = {int(x) for x in seqs.tolist()}
     last = int(seqs[-1])
-    for period in sorted({last - x for x in held if x < last}):
-        if all(last - k * period in held for k in range(1, need)):
+    for period in sorted({last - x for x in held if x < last - 1}):
+        on_step = all(last - k * period in held for k in range(1, need))
+        if on_step and any(last - j not in held for j in range(1, period)):
             return True
     return False
 

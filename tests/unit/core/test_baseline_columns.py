@@ -217,11 +217,13 @@ def _held_back(  # noqa: PLR0913, PLR0917 - the reference's state
     mine = [w for w in win if w[2] == holder]
     if not held or len(mine) < cfg.hold_need:
         return []
-    seqs = {w[4] for w in mine}  # the latest and need - 1 more, one step apart
+    seqs = {w[4] for w in mine}  # the latest and need - 1 more, one step apart,
+    last = stat.seq  # on time somewhere in between
     if not any(
-        all(stat.seq - k * (stat.seq - s) in seqs for k in range(1, cfg.hold_need))
+        all(last - k * (last - s) in seqs for k in range(1, cfg.hold_need))
+        and any(last - j not in seqs for j in range(1, last - s))
         for s in seqs
-        if s < stat.seq
+        if s < last - 1
     ):
         return []
     elapsed = max(w[1] for w in win) - min(w[0] for w in win)
