@@ -110,16 +110,23 @@ class Physics:
         dst = np.roll(ranks, -1, axis=1)
         link = self._link(ranks, dst, req.issue, nbytes // n, req.channels)
         start = self._launch(ranks, req.issue, req.gpu_free)
-        send = self._ring_steps(
+        send, posted = self._ring_steps(
             ranks, dst, (start, np.roll(start, -1, axis=1)), link, steps
         )
         recv = _ring_recv(send, link[0], self.fx.gpu_dead[ranks])
+        posts = np.stack(
+            [
+                send[..., 0, :, :],
+                np.repeat(np.roll(posted, 1, axis=1)[..., None, :], 2, -2),
+            ],
+            axis=2,
+        )
         times = np.stack([send, recv], axis=2)
         if culprit is not None and culprit.any():
             nbytes = np.where(culprit, nbytes * 2, nbytes)
             times[culprit.any(axis=1), :, :, :, :, steps // 2 :] = np.inf
         cps = _cps(nbytes // n, req.channels, self.hw.chunk_bytes)
-        return self._block(req, times, nbytes, cps, RING)
+        return self._block(req, times, nbytes, cps, RING, posts=posts)
 
     def _ring_steps(
         self,
@@ -128,10 +135,13 @@ class Physics:
         launch: tuple[np.ndarray, np.ndarray],
         link: tuple[np.ndarray, ...],
         steps: int,
-    ) -> np.ndarray:
-        """Send-side intervals ``(G, n, 3, 2, steps)``.
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Send-side intervals ``(G, n, 3, 2, steps)`` and the time the
+        receiver posted the buffer of each step ``(G, n, steps)``.
 
-        ``launch`` holds each rank's kernel start and its receiver's.
+        ``launch`` holds each rank's kernel start and its receiver's. The
+        fluid model has no credits: the receiver posts every buffer when its
+        kernel starts.
         """
         if self.hw.counters == "slots":
             return self._slot_steps(src, dst, launch, link, steps)
@@ -177,7 +187,7 @@ class Physics:
                 ],
                 -2,
             )
-        return out
+        return out, np.repeat(peer_start[..., None], steps, -1)
 
     def _slot_steps(
         self,
@@ -186,15 +196,17 @@ class Physics:
         launch: tuple[np.ndarray, np.ndarray],
         link: tuple[np.ndarray, ...],
         steps: int,
-    ) -> np.ndarray:
-        """Send-side intervals under slot (credit) semantics.
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Send-side intervals under slot (credit) semantics, and the grants.
 
         A step is staged (G), posted (T) once it is staged and the receiver
         granted its slot: the receiver launched (step 0) or started its step
         ``k - 1``, so consumed step ``k - 2`` (two steps of slots per
         channel); and
         completed (D) after the wire, which carries one step at a time. A
-        late receiver leaves ``G > T``; a slow wire leaves ``T > D``.
+        late receiver leaves ``G > T``; a slow wire leaves ``T > D``. The
+        grant of a step is when the receiver posted its buffer (its recv
+        flow's G).
         """
         start, peer_start = launch
         copy_s, wire_s, _, lat, net, _ = link
@@ -206,12 +218,14 @@ class Physics:
         ge, te, de = start, np.full(src.shape, -np.inf), np.full(src.shape, -np.inf)
         we = np.full(src.shape, -np.inf)
         gb_prev = start
+        posted = np.empty((*src.shape, steps))
         for k in range(steps):
             avail = start if k == 0 else np.roll(de, 1, axis=1)
             gb = np.maximum(avail, ge)
             ge = gb + copy_s * jit[0, k]
             ge = np.where(ge > gdead, np.inf, ge)
             grant = peer_start if k == 0 else np.roll(gb_prev, -1, axis=1)
+            posted[..., k] = grant
             tb = np.maximum(np.maximum(gb, grant) + hw.proxy_latency_s, te)
             te = np.maximum(ge, tb) + hw.proxy_latency_s
             wb = np.maximum(tb, we)
@@ -231,7 +245,7 @@ class Physics:
                 ],
                 -2,
             )
-        return out
+        return out, posted
 
     def p2p(self, req: OpRequest) -> OpBlock:
         """Point-to-point send (column 0) to recv (column 1), one step."""
@@ -243,7 +257,8 @@ class Physics:
         start_r = self._launch(dst, req.issue[:, 1], req.gpu_free[:, 1])
         link = tuple(x[:, None] for x in link)
         launch = (start_s[:, None], start_r[:, None])
-        send = self._ring_steps(src[:, None], dst[:, None], launch, link, 1)[:, 0]
+        send, posted = self._ring_steps(src[:, None], dst[:, None], launch, link, 1)
+        send = send[:, 0]
         recv = send.copy()
         recv[:, 0], recv[:, 1] = send[:, 1], send[:, 2]
         arrived = send[:, 2, 1, 0]
@@ -253,8 +268,10 @@ class Physics:
         times = np.zeros((len(src), 2, 2, 3, 2, 1))
         times[:, 0, SEND], times[:, 1, RECV] = send, recv
         times[:, 0, RECV], times[:, 1, SEND] = send, recv
+        posts = times[..., 0, :, :].copy()
+        posts[:, 1, RECV] = np.repeat(posted[:, 0, None, :], 2, -2)
         cps = _cps(nbytes, req.channels, self.hw.chunk_bytes)
-        return self._block(req, times, nbytes, cps, P2P)
+        return self._block(req, times, nbytes, cps, P2P, posts=posts)
 
     def _block(
         self,
@@ -263,7 +280,12 @@ class Physics:
         nbytes: np.ndarray,
         cps: np.ndarray,
         algo: int,
+        *,
+        posts: np.ndarray,
     ) -> OpBlock:
+        """The op's rows; ``posts`` holds each profile's G as reported (a
+        receive flow's: the buffers its receiver posted), ``times`` the data's
+        (a receive flow's G: the sender's transmit, its first progress)."""
         ranks = req.ranks
         g, n = ranks.shape
         c = req.channels
@@ -304,6 +326,7 @@ class Physics:
             slot=np.zeros(rows, dtype=np.int64),
             host=self.layout.host_of[rank].astype(np.int32),
             proc_dead=self.fx.proc_dead[rank],
+            posted=posts.reshape(rows, 2, 2, -1),
         )
 
 

@@ -11,6 +11,11 @@ of a ring row move alike), or the row's ``profile`` (a tree row's flows to
 parent and children each move their own way). Times are
 float seconds since the simulation start on the reference clock.
 
+A receive flow's gpu_ready interval in ``times`` is the data's (the sender's
+transmit: the rank's first progress, ``start``); it *reports* G as the
+buffers its receiver posted, ``posted[row, fprof]`` (``schemas/ring.md``),
+which never trail the data.
+
 Within one counter the step intervals never overlap, and ``b``/``e`` of
 gpu_ready <= transmitted <= done step by step, so the counters are monotone
 and ``total >= gpu_ready >= transmitted >= done`` holds by construction.
@@ -47,6 +52,7 @@ class OpBlock:
     host: np.ndarray
     proc_dead: np.ndarray
     profile: np.ndarray | None = None
+    posted: np.ndarray | None = None
     fprof: np.ndarray = field(init=False)
     first: np.ndarray = field(init=False)
     last: np.ndarray = field(init=False)
@@ -102,8 +108,29 @@ class OpBlock:
             reach = np.where(frac >= 1.0, e, b + chunks / cps * (e - b))
         reach = np.where(chunks > 0, reach, -np.inf)
         value = chunks.sum(axis=-1).astype(np.int32)
+        if self.posted is not None:
+            # A receive flow reports G as the buffers its receiver posted.
+            recv = self.fdir[rows] == 1
+            pb = self.posted[rows[:, None], self.fprof[rows]]
+            pb_b, pb_e = pb[..., 0, :], pb[..., 1, :]
+            px = x[..., 0, :]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pfrac = np.where(
+                    px >= pb_e,
+                    1.0,
+                    np.where(px > pb_b, (px - pb_b) / (pb_e - pb_b), 0.0),
+                )
+            pchunks = np.floor(pfrac * cps[..., 0, :])
+            pval = pchunks.sum(axis=-1).astype(np.int32)
+            value[..., GPU_READY] = np.where(recv, pval, value[..., GPU_READY])
+            # Posting a buffer changes a counter too (the schema's last_ns).
+            preach = np.where(pchunks > 0, np.minimum(pb_e, px), -np.inf).max(-1)
+            posted_last = np.where(recv, preach, -np.inf)
+        else:
+            posted_last = np.full(value.shape[:2], -np.inf)
         value[..., TRANSMITTED] = np.minimum(
             value[..., TRANSMITTED], value[..., GPU_READY]
         )
         value[..., DONE] = np.minimum(value[..., DONE], value[..., TRANSMITTED])
-        return value, reach.max(axis=(-1, -2)) + delta
+        last = np.maximum(reach.max(axis=(-1, -2)), posted_last)
+        return value, last + delta

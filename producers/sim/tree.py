@@ -21,8 +21,8 @@ intervals follow the ring's fluid model (``collective.py``)::
 ``buffer_chunks`` slots; for ``k < L`` when its proxy posted the buffers, at
 the op's enqueue), so a sender runs at most ``L`` slices ahead of its
 receiver; and the sender's GPU stages slice ``k`` only into a slot freed by
-the completion of its slice ``k - L``. A receive flow reports G =
-the sender's T (posted), T = the sender's D (arrived), D = the receiver's use
+the completion of its slice ``k - L``. A receive flow reports G = the credit
+(the buffer posted), T = the sender's D (arrived), D = the receiver's use
 of the slice: its reduction (its own send's G, the root's sum) going up, its
 forward to its children (a leaf's copy out) going down. A node waiting on a
 dead child never reduces, so the other child's receive flow holds ``L``
@@ -41,7 +41,7 @@ from mycroft.producers.sim.opblock import OpBlock
 from mycroft.schemas.vocab import ALGORITHMS, OP_NAMES, RECV, SEND
 
 TREE = ALGORITHMS.index("tree")
-Profile = tuple[int, int, np.ndarray, bool]
+Profile = tuple[int, int, np.ndarray, bool, np.ndarray]
 """One flow shape of a node: peer comm rank, direction, intervals ``(G, 3, 2,
 S)``, and whether it belongs to the descent."""
 MAX_SLICES = 64
@@ -94,7 +94,8 @@ def tree_count(channels: int, n: int) -> int:
 
 @dataclass
 class _Edge:
-    """One tree edge's per-slice sender intervals ``(G, 3, 2, S)``."""
+    """One tree edge's per-slice sender intervals ``(G, 3, 2, S)`` and when
+    the receiver posted each slice's buffer ``(G, S)``."""
 
     src: int
     dst: int
@@ -103,6 +104,7 @@ class _Edge:
     ge: np.ndarray
     te: np.ndarray
     de: np.ndarray
+    posted: np.ndarray
 
 
 @dataclass
@@ -150,7 +152,8 @@ class TreeAllreduce:
         g = len(r)
         none = np.full(g, -np.inf)
         out = np.empty((g, 3, 2, self.steps))
-        return _Edge(src, dst, link, out, self.start[:, src], none, none.copy())
+        posted = np.empty((g, self.steps))
+        return _Edge(src, dst, link, out, self.start[:, src], none, none.copy(), posted)
 
     def send(
         self,
@@ -182,6 +185,7 @@ class TreeAllreduce:
             [np.stack(p, -1) for p in ((gb, ge), (tb, te), (db, de))], -2
         )
         e.ge, e.te, e.de = ge, te, de
+        e.posted[:, k] = credit
 
     def consume(self, node: int, avail: np.ndarray) -> tuple[np.ndarray, ...]:
         """``[b, e]`` of node ``node`` using a slice available at ``avail``."""
@@ -261,22 +265,34 @@ class TreeAllreduce:
             if p >= 0:
                 # One send and one recv flow per neighbour: the climb goes
                 # to the parent, the descent comes back from it.
-                rows.append((p, SEND, st.up[i].out, False))
-                down = _recv(st.down[(p, i)].out, st.use_down[i])
-                rows.append((p, RECV, down, True))
+                up = st.up[i].out
+                rows.append((p, SEND, up, False, up[:, 0]))
+                edge = st.down[(p, i)]
+                down = _recv(edge, st.use_down[i])
+                rows.append((p, RECV, down, True, _posts(edge)))
             for c in st.kids[i]:
-                rows.append((c, RECV, _recv(st.up[c].out, st.use_up[i]), False))
-                rows.append((c, SEND, st.down[(i, c)].out, True))
+                edge = st.up[c]
+                rows.append((c, RECV, _recv(edge, st.use_up[i]), False, _posts(edge)))
+                dn = st.down[(i, c)].out
+                rows.append((c, SEND, dn, True, dn[:, 0]))
             out[i] = rows
         return out
 
 
-def _recv(send: np.ndarray, use: np.ndarray) -> np.ndarray:
-    """Receive-side intervals of a flow whose sender's are ``send``."""
+def _recv(edge: _Edge, use: np.ndarray) -> np.ndarray:
+    """Receive-side intervals of the flow over ``edge``: G at the sender's
+    transmit (its first progress; the buffers posted are reported apart), T
+    when the sender's transfer completed, D at ``use``."""
+    send = edge.out
     out = np.empty_like(send)
     out[:, 0], out[:, 1] = send[:, 1], send[:, 2]
     out[:, 2] = np.maximum(use, send[:, 2])
     return out
+
+
+def _posts(edge: _Edge) -> np.ndarray:
+    """``[b, e]`` ``(G, 2, S)`` of each slice's buffer posted over ``edge``."""
+    return np.repeat(edge.posted[:, None, :], 2, 1)
 
 
 def _preorder(parents: list[int], kids: list[list[int]]) -> list[int]:
@@ -298,6 +314,7 @@ def tree_allreduce(
     trees = [op.run_tree(p) for p in double_tree(op.n)[: op.trees]]
     nbytes = np.full(req.ranks.shape, req.nbytes, dtype=np.int64)
     times_of: list[np.ndarray] = []
+    posts_of: list[np.ndarray] = []
     if culprit is not None and culprit.any():
         nbytes = np.where(culprit, nbytes * 2, nbytes)
     layouts: dict[tuple[int, ...], list[int]] = {}
@@ -308,9 +325,10 @@ def tree_allreduce(
         flows = [
             (c, peer, d, int(offset[c % op.trees]) + j)
             for c in range(req.channels)
-            for j, (peer, d, _, _) in enumerate(trees[c % op.trees][i])
+            for j, (peer, d, _, _, _) in enumerate(trees[c % op.trees][i])
         ]
         times = np.stack([x[2] for x in profiles], axis=1)  # (G, K, 3, 2, S)
+        posts_of.append(np.stack([x[4] for x in profiles], axis=1))
         if culprit is not None and culprit.any():
             # A mismatched op climbs half way and never descends.
             hit = culprit.any(axis=1)
@@ -325,7 +343,7 @@ def tree_allreduce(
         flows_of.append(flows)
         key = (len(profiles), len(flows))
         layouts.setdefault(key, []).append(i)
-    rows = _Rows(times_of, flows_of, nbytes)
+    rows = _Rows(times_of, flows_of, nbytes, posts_of)
     return [_block(op, nodes, rows) for nodes in layouts.values()]
 
 
@@ -337,6 +355,7 @@ class _Rows:
     times: list[np.ndarray]
     flows: list[list[tuple[int, int, int, int]]]
     nbytes: np.ndarray
+    posts: list[np.ndarray]
 
 
 def _block(op: TreeAllreduce, nodes: list[int], r: _Rows) -> OpBlock:
@@ -372,4 +391,5 @@ def _block(op: TreeAllreduce, nodes: list[int], r: _Rows) -> OpBlock:
         host=phys.layout.host_of[rank].astype(np.int32),
         proc_dead=phys.fx.proc_dead[rank],
         profile=np.repeat(flows[:, None, :, 3], g, 1).reshape(rows, -1),
+        posted=np.concatenate([r.posts[i] for i in nodes]),
     )

@@ -60,6 +60,11 @@ class DetectorConfig:
             of its baseline's healthy samples (times ``slow_ratio_min``):
             credit-based counters idle at 0 between bursts of posted slots,
             so the median and MAD alone call every burst a backlog.
+        gap_chance_max: A flow's T-D is out of band in a root cause only when
+            its count of ops above the band has a binomial tail below this at
+            the healthy samples' rate above it (``rca_slow._beyond_chance``):
+            above 1/65, so that one op out of band counts where none of the
+            baseline's 64 samples was.
         hold_min_members: Ops of at least this many members are read for a
             rank that holds its group back (``hold_back``); a pair's arrival
             order is set by its place in a pipeline schedule.
@@ -115,6 +120,7 @@ class DetectorConfig:
     recur_extra_s: float = 0.02
     gap_floor_chunks: float = 1.5
     gap_quantile: float = 0.95
+    gap_chance_max: float = 0.02
     hold_min_members: int = 3
     hold_of: int = 32
     hold_need: int = 3

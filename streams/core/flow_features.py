@@ -9,11 +9,11 @@ holds them to the per-flow definitions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from mycroft.schemas.vocab import SEND
+from mycroft.schemas.vocab import RECV, SEND
 
 FREEZE_NS = 300_000_000
 """T standing still this long while G > T is a freeze (not a slow link)."""
@@ -26,10 +26,17 @@ class FlowFeatures:
     ``ready`` is the mean over every snapshot, as a fraction of the flow's
     total; ``gt_chunks`` and ``td_chunks`` are the worst op's median gap in
     chunks over the snapshots where the flow had started (something ready,
-    not all done); ``started``: there was one. ``episodes`` counts the
+    not all done), G-T counting only the data the receiver had posted
+    buffers for; ``started``: there was one. ``episodes`` counts the
     freezes (T still for ``FREEZE_NS`` or more while G > T within one op),
     ``longest_freeze_ns`` is the longest; ``freeze_seq`` and
     ``freeze_start_ns`` place it (-1 when none; the first of equals).
+    ``wait_chunks`` is the worst op's median of the part of G-T the
+    receiver had not posted buffers for (``G - max(T, receiver's G)``, its
+    recv flow's nearest snapshot; 0 where that flow is not seen): data that
+    waits on the receiver's credit (a slot it has not freed, or its kernel
+    not started), not on the sender's transport. ``td_ops`` holds every
+    op's T-D (the worst is ``td_chunks``).
     """
 
     rank: int
@@ -45,14 +52,28 @@ class FlowFeatures:
     started: bool = False
     freeze_seq: int = -1
     freeze_start_ns: int = -1
+    wait_chunks: float = 0.0
+    td_ops: tuple[float, ...] = field(default=(), compare=False)
 
 
-def flow_features(hist: np.ndarray) -> list[FlowFeatures]:
+def flow_features(
+    hist: np.ndarray, host: np.ndarray | None = None
+) -> list[FlowFeatures]:
     """Features of every send flow (rank, peer, channel, comm) in ``hist``
-    (``FLAT_FLOW`` snapshots), in ascending key order."""
+    (``FLAT_FLOW`` snapshots), in ascending key order.
+
+    With ``host`` (a host id per rank, indexed by rank), a cross-host send
+    flow's per-op gaps are those of its rank's cross-host sends in the op
+    as a whole (the median over their channels and snapshots), the
+    statistic the role's baseline learns from every completed op
+    (``detect_slow.op_flow_gaps``): one channel's median is far more
+    variable than the rank's, and under credits a busy channel holds one or
+    two posted slots while an idle one holds none.
+    """
     send = hist[hist["dir"] == SEND]
     if not len(send):
         return []
+    recv = hist[hist["dir"] == RECV]
     comm = send["comm"].view(np.int64)  # keys order as signed ints
     # One sort puts every flow's snapshots together, in tick order.
     send = send[
@@ -64,11 +85,34 @@ def flow_features(hist: np.ndarray) -> list[FlowFeatures]:
     first = send[starts]
     tot = np.maximum(send["total"], 1).astype(np.float64)
     total = _group_median(tot, flow, starts, counts)
-    ready = np.add.reduceat(send["gpu_ready"] / tot, starts) / counts
+    ready_share = np.add.reduceat(send["gpu_ready"] / tot, starts) / counts
     run = (send["gpu_ready"] > 0) & (send["done"] < send["total"])
     started = np.bincount(flow[run], minlength=n) > 0
-    gt = _worst_op(send[run], flow[run], n, "gpu_ready", "transmitted")
-    td = _worst_op(send[run], flow[run], n, "transmitted", "done")
+    # G-T splits at the receiver's posted buffers: the part it had posted
+    # buffers for waits on the sender's transport, the rest on the receiver.
+    posted = np.maximum(send["transmitted"], _posted(send, recv))
+    ready = send["gpu_ready"].astype(np.float64)
+    wait = np.maximum(ready - posted, 0.0)
+    group, ngroup, pick = flow, n, None
+    if host is not None:
+        away = host[first["rank"]] != host[first["peer"]]
+        # Cross-host flows of one (rank, comm) share a group; others their own.
+        key = np.where(away, -1, np.arange(n))
+        pick = _key_ids(first["rank"], first["comm"], key)
+        group, ngroup = pick[flow], int(pick.max()) + 1
+    gt = _worst_op(
+        send[run],
+        group[run],
+        ngroup,
+        (_gap(send, "gpu_ready", "transmitted") - wait)[run],
+    )
+    td_gap = _gap(send, "transmitted", "done")[run]
+    td = _worst_op(send[run], group[run], ngroup, td_gap)
+    td_ops = _every_op(send[run], group[run], ngroup, td_gap)
+    if pick is not None:
+        gt, td = gt[pick], td[pick]
+        td_ops = [td_ops[i] for i in pick.tolist()]
+    waits = _worst_op(send[run], flow[run], n, wait[run])
     eps, longest, at = _freezes(send, flow, n)
     seq_at = np.where(at >= 0, send["seq"][at], -1)
     tick_at = np.where(at >= 0, send["tick_ns"][at], -1)
@@ -80,7 +124,7 @@ def flow_features(hist: np.ndarray) -> list[FlowFeatures]:
             first["channel"].tolist(),
             first["comm"].tolist(),
             total.tolist(),
-            ready.tolist(),
+            ready_share.tolist(),
             eps.tolist(),
             longest.tolist(),
             gt.tolist(),
@@ -88,6 +132,8 @@ def flow_features(hist: np.ndarray) -> list[FlowFeatures]:
             started.tolist(),
             seq_at.tolist(),
             tick_at.tolist(),
+            waits.tolist(),
+            td_ops,
             strict=True,
         )
     ]
@@ -114,28 +160,106 @@ def _group_median(
     return out
 
 
+def _gap(rows: np.ndarray, ahead: str, behind: str) -> np.ndarray:
+    out: np.ndarray = (rows[ahead] - rows[behind]).astype(np.float64)
+    return out
+
+
+def _key_ids(*cols: np.ndarray) -> np.ndarray:
+    """Dense ids of the rows' keys (equal rows of ``cols``, equal id)."""
+    order = np.lexsort(cols[::-1])
+    ids, _ = _runs(*(c[order] for c in cols))
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = ids
+    return out
+
+
+def _posted(send: np.ndarray, recv: np.ndarray) -> np.ndarray:
+    """Per send snapshot, G (buffers posted) of the receiver's recv flow of
+    the same op and channel at its snapshot nearest in time (``inf`` where
+    the receiver reported none: unknown counts as posted)."""
+    out = np.full(len(send), np.inf)
+    if not len(recv):
+        return out
+    both = np.concatenate([send, recv])
+    # The same key on both ends: sender, receiver, channel, comm, seq.
+    inv = _key_ids(
+        np.concatenate([send["rank"], recv["peer"]]),
+        np.concatenate([send["peer"], recv["rank"]]),
+        both["channel"],
+        both["comm"],
+        both["seq"],
+    )
+    ticks, tinv = np.unique(
+        np.concatenate([send["tick_ns"], recv["tick_ns"]]), return_inverse=True
+    )
+    comp = inv.astype(np.int64) * (len(ticks) + 1) + tinv
+    s_comp, r_comp = comp[: len(send)], comp[len(send) :]
+    s_key, r_key = inv[: len(send)], inv[len(send) :]
+    order = np.argsort(r_comp, kind="stable")
+    r_comp, r_key = r_comp[order], r_key[order]
+    r_tick, r_g = recv["tick_ns"][order], recv["gpu_ready"][order]
+    hi = np.searchsorted(r_comp, s_comp, side="left")
+    best = np.full(len(send), -1)
+    gap = np.full(len(send), np.inf)
+    for cand in (hi - 1, hi):
+        ok = (cand >= 0) & (cand < len(r_comp))
+        c = np.where(ok, cand, 0)
+        ok &= r_key[c] == s_key
+        d = np.abs(r_tick[c] - send["tick_ns"]).astype(np.float64)
+        take = ok & (d < gap)
+        best = np.where(take, c, best)
+        gap = np.where(take, d, gap)
+    found = best >= 0
+    out[found] = r_g[best[found]]
+    return out
+
+
 def _worst_op(
-    run: np.ndarray, flow: np.ndarray, n: int, ahead: str, behind: str
+    run: np.ndarray, group: np.ndarray, n: int, gaps: np.ndarray
 ) -> np.ndarray:
-    """Per flow, the largest per-op median of ``ahead - behind`` over its
-    started snapshots (0 without one): a link that fails now and then (a
-    flap) hits some ops only, which a statistic over the whole window would
-    dilute. The median per op is what the role's baseline learns from each
-    completed op (``detect_slow.op_flow_gaps``): a per-op mean is pulled up
-    by the one or two snapshots of an op taken while a burst was staged, and
-    the worst of many such means left the band on healthy flows."""
+    """Per group, the largest per-op median of ``gaps`` (one per row of
+    ``run``, over the group's started snapshots; 0 without one).
+
+    A link that fails now and then (a flap) hits some ops only, which a
+    statistic over the whole window would dilute. The median per op is what
+    the role's baseline learns from each completed op
+    (``detect_slow.op_flow_gaps``): a per-op mean is pulled up by the one or
+    two snapshots of an op taken while a burst was staged, and the worst of
+    many such means left the band on healthy flows."""
     out = np.zeros(n)
     if not len(run):
         return out
-    order = np.lexsort((run["seq"], flow))
-    ids, heads = _runs(flow[order], run["seq"][order])
-    gap = (run[ahead] - run[behind]).astype(np.float64)[order]
+    order = np.lexsort((run["seq"], group))
+    ids, heads = _runs(group[order], run["seq"][order])
+    gap = gaps[order]
     counts = np.diff(np.append(heads, len(ids)))
     medians = _group_median(gap, ids, heads, counts)
-    op_flow = flow[order][heads]
-    firsts = np.flatnonzero(np.diff(op_flow, prepend=-1))
-    out[op_flow[firsts]] = np.maximum.reduceat(medians, firsts)
+    op_group = group[order][heads]
+    firsts = np.flatnonzero(np.diff(op_group, prepend=-1))
+    out[op_group[firsts]] = np.maximum.reduceat(medians, firsts)
     return out
+
+
+def _every_op(
+    run: np.ndarray, group: np.ndarray, n: int, gaps: np.ndarray
+) -> list[tuple[float, ...]]:
+    """Per group, every op's median of ``gaps`` in seq order (as
+    :func:`_worst_op`, which keeps the largest)."""
+    every: list[tuple[float, ...]] = [()] * n
+    if not len(run):
+        return every
+    order = np.lexsort((run["seq"], group))
+    ids, heads = _runs(group[order], run["seq"][order])
+    counts = np.diff(np.append(heads, len(ids)))
+    medians = _group_median(gaps[order], ids, heads, counts)
+    op_group = group[order][heads]
+    firsts = np.flatnonzero(np.diff(op_group, prepend=-1))
+    for g, part in zip(
+        op_group[firsts].tolist(), np.split(medians, firsts[1:]), strict=True
+    ):
+        every[g] = tuple(part.tolist())
+    return every
 
 
 def _freezes(

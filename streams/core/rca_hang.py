@@ -95,6 +95,19 @@ def _score_lost(
         )
 
 
+def moved_data(flows: np.ndarray) -> np.ndarray:
+    """Mask of flows whose data moved: anything staged, sent or done on a
+    send flow, anything arrived on a receive flow. A receive flow's G is the
+    buffers its proxy posted, which it does at the op's enqueue whether or
+    not the GPU ever runs the kernel, and ``last_ns`` stamps that too."""
+    out: np.ndarray = np.where(
+        flows["dir"] == SEND,
+        (flows["gpu_ready"] > 0) | (flows["done"] > 0),
+        flows["transmitted"] > 0,
+    ) & (flows["last_ns"] > 0)
+    return out
+
+
 def _nic_moved_after(
     flows: np.ndarray, topo: JobTopology, rank: int, t_ns: int, margin_ns: int
 ) -> bool:
@@ -105,7 +118,11 @@ def _nic_moved_after(
     fills a buffer, and a NIC mate's GPU keeps doing that for a while after
     the NIC stopped.
     """
-    later = flows[(flows["rank"] == rank) & (flows["last_ns"] > t_ns + margin_ns)]
+    later = flows[
+        (flows["rank"] == rank)
+        & (flows["last_ns"] > t_ns + margin_ns)
+        & moved_data(flows)
+    ]
     host = topo.host_of(rank)
     return any(topo.host_of(int(q)) != host for q in later["peer"].tolist())
 
@@ -142,6 +159,20 @@ def frozen_ready_not_sent(flows: np.ndarray, frozen_ns: int) -> np.ndarray:
     return out
 
 
+def _posted(flows: np.ndarray, send: np.void) -> float:
+    """G (buffers posted) of the receive flow that matches ``send``, ``inf``
+    when the receiver reported none (unknown counts as posted)."""
+    rows = flows[
+        (flows["dir"] == RECV)
+        & (flows["rank"] == send["peer"])
+        & (flows["peer"] == send["rank"])
+        & (flows["comm"] == send["comm"])
+        & (flows["seq"] == send["seq"])
+        & (flows["channel"] == send["channel"])
+    ]
+    return float(rows["gpu_ready"].max()) if len(rows) else float("inf")
+
+
 def _in_op_keys(flows: np.ndarray) -> set[tuple[int, int, int]]:
     """``(rank, comm, seq)`` of every op that has flow rows (rank is in it)."""
     return set(
@@ -168,19 +199,26 @@ def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one modul
     r = sus.rank
     stuck = set(flows["rank"][gt_mask].tolist())
     # Table 4, G > T: a local cause (the sender's NIC / RDMA path) when the
-    # receiver is ready: it is in the same op (has posted its side) and is
-    # not itself stuck with ready-not-sent data. Otherwise the receiver is
+    # receiver is ready: it is in the same op, posted a buffer beyond what
+    # was sent (where its recv flow is seen: a transport with credits posts
+    # only into such a buffer) and is not itself stuck with ready-not-sent
+    # data. Otherwise the receiver is
     # not ready (remote cause): a receiver that cannot send cannot free its
     # buffers, so credit stalls propagate backwards along a ring.
     n_local = 0
     for f in gt:
         peer, ch = int(f["peer"]), int(f["channel"])
         key = (peer, int(f["comm"]), int(f["seq"]))
-        if peer in stuck or key not in present:
+        no_credit = _posted(flows, f) <= int(f["transmitted"])
+        if peer in stuck or key not in present or no_credit:
             sus.add(
                 Rule.SEND_TO_UNREADY,
                 f"send flow {r}->{peer} ch {ch} G>T toward a receiver not ready "
-                "(remote cause)",
+                + (
+                    "(it posted no buffer for the data: no credit)"
+                    if no_credit
+                    else "(remote cause)"
+                ),
                 flow=(peer, ch),
             )
             sus.flow = sus.flow or (peer, ch)
@@ -261,14 +299,14 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
     # peers moved data in it, yet none of its flows ever progressed: its own
     # GPU never ran the kernel (local cause), unlike a rank blocked upstream,
     # which still moves its own step-0 data.
-    if len(mine) and not bool((mine["last_ns"] > 0).any()) and n_local == 0:
+    if len(mine) and not bool(moved_data(mine).any()) and n_local == 0:
         keys = set(zip(mine["comm"].tolist(), mine["seq"].tolist(), strict=True))
         peers_moved = any(
-            (c, q) in keys and last > 0
-            for c, q, last, rr in zip(
+            (c, q) in keys and did
+            for c, q, did, rr in zip(
                 flows["comm"].tolist(),
                 flows["seq"].tolist(),
-                flows["last_ns"].tolist(),
+                moved_data(flows).tolist(),
                 flows["rank"].tolist(),
                 strict=True,
             )
@@ -347,7 +385,7 @@ def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
         mine = flows[
             (flows["rank"] == r)
             & (flows["done"] < flows["total"])
-            & (flows["last_ns"] > 0)
+            & moved_data(flows)
         ]
         if len(mine):
             stops[r] = int(mine["last_ns"].max())
@@ -440,7 +478,7 @@ def explain_hang(
     evidence: list[Evidence] = []
     gt_mask = frozen_ready_not_sent(flows, int(ctx.cfg.hang_min_s * 1e9 / 2))
     present = _in_op_keys(flows)
-    moved = set(flows["rank"][flows["last_ns"] > 0].tolist())
+    moved = set(flows["rank"][moved_data(flows)].tolist())
     unstarted = set(flows["rank"].tolist()) - moved
 
     def blame(rank: int) -> Suspect:

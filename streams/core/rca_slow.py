@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import NamedTuple, TypeVar
 
 import numpy as np
+from scipy.stats import binom
 
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
@@ -272,7 +273,7 @@ def explain_slowdown(
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
     hist = ctx.store.flow_history(since_ns)
-    flows = flow_features(hist)
+    flows = flow_features(hist, _host_codes(ctx, hist))
     _score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
@@ -348,6 +349,16 @@ def explain_slowdown(
     return ranked, evidence
 
 
+def _host_codes(ctx: DetectContext, hist: np.ndarray) -> np.ndarray:
+    """A host id per rank (index) up to the largest rank or peer in ``hist``."""
+    if not len(hist):
+        return np.zeros(0, dtype=np.int64)
+    top = int(max(hist["rank"].max(), hist["peer"].max())) + 1
+    codes: dict[str, int] = {}
+    host_of = ctx.topo.host_of
+    return np.array([codes.setdefault(host_of(r), len(codes)) for r in range(top)])
+
+
 def _outliers(values: dict[K, float], floor: float) -> dict[K, float]:
     if len(values) < 2:
         return {}
@@ -409,13 +420,36 @@ def _flag_gaps(
             role.update({i: getattr(flows[i], f"{gap}_chunks") for i in idx})
             continue
         cut, med = base.threshold(cfg, gap_floor(base, cfg)), base.stats()[0]
+        healthy = np.asarray(base.ordered)
+        rate = max(int((healthy > cut).sum()), 1) / (len(healthy) + 1)
         for i in idx:
             v = getattr(flows[i], f"{gap}_chunks")
-            if v > cut:
+            if v > cut and (
+                gap != "td"
+                or _beyond_chance(flows[i].td_ops, cut, rate, cfg.gap_chance_max)
+            ):
                 out.append((flows[i], v - med))
     for vals in peers.values():
         out.extend((flows[i], ex) for i, ex in _outliers(vals, floor).items())
     return out
+
+
+def _beyond_chance(ops: Sequence[float], cut: float, rate: float, alpha: float) -> bool:
+    """Whether more of a flow's ops had T-D above the band than healthy ops.
+
+    T-D is what is posted and not yet completed: under credits it is bounded
+    by the slots and sits at one or two of them whenever the flow streams,
+    so a slow wire cannot hold more than a healthy busy one, and the worst
+    of many healthy ops is above the band's 95th percentile. A wire is slow
+    when more of its ops are above the band than chance allows: the count's
+    binomial tail at ``rate`` (the healthy samples' own share above it) is
+    below ``alpha``. Without per-op values (features built by hand) the
+    worst op decides.
+    """
+    if not ops:
+        return True
+    k = int((np.asarray(ops) > cut).sum())
+    return bool(binom.sf(k - 1, len(ops), rate) < alpha)
 
 
 def _weights(
@@ -494,7 +528,9 @@ def _score_links(
 
     * T-D (sent, not acknowledged) out of band: the network path of the host
       most of those flows touch (congestion on its links);
-    * G-T (ready, not sent) out of band on flows spread over many NICs, none
+    * G-T (ready, not sent) out of band, on flows whose receiver had posted
+      the buffers (the part waiting on its credit is not counted), spread
+      over many NICs, none
       on most of them: the network between them (switch-level congestion),
       on the host most of them touch;
     * ... else per NIC touched by the most flagged flows: sending on them,
@@ -518,6 +554,9 @@ def _score_links(
                 "path acknowledges late"
             ),
         )
+    # G-T here is the part the receiver had posted buffers for: a backlog
+    # waiting on the receiver's credit is the receiver's, which its timing
+    # shows (``FlowFeatures.wait_chunks``).
     backlog = _flag_gaps(ctx, flows, "gt")
     if backlog:
         _score_backlog(ctx, suspects, flows, backlog)

@@ -483,19 +483,30 @@ def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
         f = f[np.argsort(f["tick_ns"], kind="stable")]
         tot = np.maximum(f["total"], 1).astype(np.float64)
         run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
-        worst = {}
-        for name, (a, b) in {
-            "gt": ("gpu_ready", "transmitted"),
-            "td": ("transmitted", "done"),
-        }.items():
-            by_op: dict[int, list[float]] = {}
-            for s, gap in zip(
-                run["seq"].tolist(), (run[a] - run[b]).tolist(), strict=True
-            ):
-                by_op.setdefault(s, []).append(float(gap))
-            worst[name] = max(
-                (float(np.median(v)) for v in by_op.values()), default=0.0
+        wait = [
+            max(
+                float(x["gpu_ready"])
+                - max(float(x["transmitted"]), _posted_at(hist, x)),
+                0.0,
             )
+            for x in run
+        ]
+        gaps = {
+            "gt": [
+                float(x["gpu_ready"] - x["transmitted"]) - w
+                for x, w in zip(run, wait, strict=True)
+            ],
+            "td": [float(x["transmitted"] - x["done"]) for x in run],
+            "wait": wait,
+        }
+        worst, every = {}, {}
+        for name, values in gaps.items():
+            by_op: dict[int, list[float]] = {}
+            for s, gap in zip(run["seq"].tolist(), values, strict=True):
+                by_op.setdefault(s, []).append(gap)
+            medians = [float(np.median(by_op[s])) for s in sorted(by_op)]
+            worst[name] = max(medians, default=0.0)
+            every[name] = tuple(medians)
         eps, longest, at, begin = 0, 0, -1, -1
         for i in range(1, len(f) + 1):
             stuck = (
@@ -526,9 +537,30 @@ def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
                 started=bool(len(run)),
                 freeze_seq=int(f["seq"][at]) if at >= 0 else -1,
                 freeze_start_ns=int(f["tick_ns"][at]) if at >= 0 else -1,
+                wait_chunks=worst["wait"],
+                td_ops=every["td"],
             )
         )  # fmt: skip
     return out
+
+
+def _posted_at(hist: np.ndarray, send: np.void) -> float:
+    """G of the receiver's recv flow of ``send``'s op and channel at the
+    snapshot nearest in time (the earlier of equals), inf if none."""
+    recv = hist[
+        (hist["dir"] != SEND)
+        & (hist["rank"] == send["peer"])
+        & (hist["peer"] == send["rank"])
+        & (hist["channel"] == send["channel"])
+        & (hist["comm"] == send["comm"])
+        & (hist["seq"] == send["seq"])
+    ]
+    if not len(recv):
+        return float("inf")
+    d = np.abs(recv["tick_ns"].astype(np.int64) - int(send["tick_ns"]))
+    best = np.flatnonzero(d == d.min())
+    ticks = recv["tick_ns"][best]
+    return float(recv["gpu_ready"][best[np.argmin(ticks)]])
 
 
 def _stalling_history(seed: int) -> np.ndarray:
@@ -557,6 +589,7 @@ def _assert_same_features(got: list[FlowFeatures], want: list[FlowFeatures]) -> 
     """Equal, but for ``ready``: a mean summed per flow in another order
     (``reduceat``), so the last bit may differ."""
     assert [replace(f, ready=0.0) for f in got] == [replace(f, ready=0.0) for f in want]
+    assert [f.td_ops for f in got] == [f.td_ops for f in want]
     assert [f.ready for f in got] == pytest.approx([f.ready for f in want], rel=1e-12)
 
 

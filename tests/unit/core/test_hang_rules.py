@@ -138,3 +138,29 @@ def test_unconsumed_input_behind_blocked_output_is_not_a_gpu_hang():
     assert Component.GPU not in suspects[1].scores
     top = max(suspects.values(), key=lambda s: s.best[1])
     assert top.rank == 2 and top.best[0] is Component.NIC
+
+
+def test_a_frozen_send_the_receiver_posted_no_buffer_for_waits_on_the_receiver():
+    """On a transport with credits a send is posted only into a buffer the
+    receiver posted (its recv flow's G): data ready beyond that waits on the
+    receiver (a hung GPU frees no slot), not on the sender's NIC."""
+    ctx = _ctx()
+    flows = _ring_with_dead_nic(2)
+    gt = frozen_ready_not_sent(flows, 1_000_000_000)
+    present = {(r, RING, 7) for r in range(4)}
+
+    def score(rows: np.ndarray) -> set[str]:
+        suspects: dict[int, Suspect] = {}
+
+        def blame(r: int) -> Suspect:
+            return suspects.setdefault(r, Suspect(r))
+
+        _score_in_op(blame(2), rows, {2}, gt, present, blame, ctx.topo)
+        return {str(o.rule) for o in suspects[2].observations}
+
+    assert "frozen_ready_not_sent" in score(flows)  # buffers posted: its NIC
+    starved = flows.copy()
+    into3 = (starved["rank"] == 3) & (starved["dir"] == RECV)
+    starved["gpu_ready"][into3] = starved["transmitted"][into3]  # no credit
+    rules = score(starved)
+    assert "send_to_unready" in rules and "frozen_ready_not_sent" not in rules

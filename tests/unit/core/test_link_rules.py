@@ -374,3 +374,53 @@ def test_backlog_into_one_gpu_over_many_nics_is_its_pcie_not_the_network():
     suspects: dict[int, Suspect] = {}
     _score_links(ctx, suspects, _healthy_flows() + into_6 + others)
     assert _best(suspects)[:2] == (6, Component.PCIE)
+
+
+def _with_recv(send: np.ndarray, posted: int) -> np.ndarray:
+    """``send`` snapshots plus the receiver's recv flow at the same ticks,
+    with ``posted`` buffers (its G)."""
+    recv = send.copy()
+    recv["rank"], recv["peer"] = send["peer"], send["rank"]
+    recv["dir"] = RECV
+    recv["gpu_ready"] = posted
+    recv["transmitted"] = recv["done"] = send["done"]
+    return np.concatenate([send, recv])
+
+
+def test_a_backlog_without_the_receivers_credit_is_not_the_senders():
+    """G-T split by the receiver's posted buffers (its recv flow's G): data
+    the receiver posted no buffer for waits on the receiver, not on the
+    sender's transport; data with buffers posted does not."""
+    rows = np.zeros(6, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.arange(6) * 100 * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["seq"] = np.arange(6) // 2
+    rows["total"], rows["gpu_ready"], rows["transmitted"], rows["done"] = 64, 30, 10, 10
+    (waits,) = flow_features(_with_recv(rows, posted=10))
+    assert waits.gt_chunks == 0.0 and waits.wait_chunks == 20.0
+    (sends,) = flow_features(_with_recv(rows, posted=64))
+    assert sends.gt_chunks == 20.0 and sends.wait_chunks == 0.0
+    (part,) = flow_features(_with_recv(rows, posted=18))
+    assert part.gt_chunks == 8.0 and part.wait_chunks == 12.0
+    (unknown,) = flow_features(rows)  # no recv flow seen: counts as posted
+    assert unknown.gt_chunks == 20.0 and unknown.wait_chunks == 0.0
+
+
+def test_with_hosts_a_cross_host_flows_gaps_are_its_ranks_in_the_op():
+    """Per op, the median over every cross-host send of the rank (channels
+    and snapshots together), as the role's baseline learns it: under credits
+    a busy channel holds posted slots while an idle one holds none."""
+    rows = np.zeros(8, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.repeat(np.arange(4) * 100 * MS, 2)
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["channel"] = np.tile([0, 1], 4)
+    rows["seq"] = np.repeat([0, 0, 1, 1], 2)
+    rows["total"], rows["gpu_ready"], rows["transmitted"] = 64, 40, 40
+    rows["done"] = np.where(rows["channel"] == 0, 40, 10)  # channel 1 in flight
+    alone = {f.channel: f.td_chunks for f in flow_features(rows)}
+    assert alone == {0: 0.0, 1: 30.0}
+    host = np.arange(16) // PER_HOST  # ranks 4 and 8 on different hosts
+    pooled = flow_features(rows, host)
+    assert [f.td_chunks for f in pooled] == [15.0, 15.0]
+    same = np.zeros(16, dtype=np.int64)  # one host: each flow its own
+    assert {f.channel: f.td_chunks for f in flow_features(rows, same)} == alone

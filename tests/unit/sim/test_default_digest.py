@@ -3,6 +3,8 @@
 Every behaviour beyond the default (1F1B, clock drift, noise, run-ahead) is
 opt-in; these digests were taken before any of them existed, so a change
 here means the default trace changed and the campaigns' numbers with it.
+Last taken when receive flows began to report G as the buffers the receiver
+posted (``schemas/ring.md``), not the sender's transmit.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from mycroft.producers.sim.faults import parse_spec
 from mycroft.schemas.codec import Codec
 
 DIGESTS = {
-    "healthy": "80d3d85f75b491cd5ffb251b32ec8e23ebe8d956098f4d9d3a1e7ea8cc58edf3",
-    "link-flap": "60d4e701d05d942eb0e22c41e5f9eca7647598cde4484bc787189387989c0f98",
+    "healthy": "f43e3d82b752c1fa6d4f5a5f6401966e409014a1676cf82f6794046704511870",
+    "link-flap": "79300053af0f2bae08b5b125da4a826b5c8dc10b75cda8de77a5cd6baf793b0e",
 }
 
 
