@@ -106,9 +106,9 @@ def flow_features(
         ngroup,
         (_gap(send, "gpu_ready", "transmitted") - wait)[run],
     )
-    td_gap = _gap(send, "transmitted", "done")[run]
-    td = _worst_op(send[run], group[run], ngroup, td_gap)
-    td_ops = _every_op(send[run], group[run], ngroup, td_gap)
+    td, td_ops = _every_op(
+        send[run], group[run], ngroup, _gap(send, "transmitted", "done")[run]
+    )
     if pick is not None:
         gt, td = gt[pick], td[pick]
         td_ops = [td_ops[i] for i in pick.tolist()]
@@ -190,9 +190,7 @@ def _posted(send: np.ndarray, recv: np.ndarray) -> np.ndarray:
         both["comm"],
         both["seq"],
     )
-    ticks, tinv = np.unique(
-        np.concatenate([send["tick_ns"], recv["tick_ns"]]), return_inverse=True
-    )
+    ticks, tinv = np.unique(both["tick_ns"], return_inverse=True)
     comp = inv.astype(np.int64) * (len(ticks) + 1) + tinv
     s_comp, r_comp = comp[: len(send)], comp[len(send) :]
     s_key, r_key = inv[: len(send)], inv[len(send) :]
@@ -215,6 +213,21 @@ def _posted(send: np.ndarray, recv: np.ndarray) -> np.ndarray:
     return out
 
 
+def _op_medians(
+    run: np.ndarray, group: np.ndarray, gaps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (group, op)'s median of ``gaps`` (one per row of ``run``), in
+    group then seq order; the groups that have ops, and where each group's
+    medians begin."""
+    order = np.lexsort((run["seq"], group))
+    ids, heads = _runs(group[order], run["seq"][order])
+    counts = np.diff(np.append(heads, len(ids)))
+    medians = _group_median(gaps[order], ids, heads, counts)
+    op_group = group[order][heads]
+    firsts = np.flatnonzero(np.diff(op_group, prepend=-1))
+    return op_group[firsts], firsts, medians
+
+
 def _worst_op(
     run: np.ndarray, group: np.ndarray, n: int, gaps: np.ndarray
 ) -> np.ndarray:
@@ -228,38 +241,25 @@ def _worst_op(
     two snapshots of an op taken while a burst was staged, and the worst of
     many such means left the band on healthy flows."""
     out = np.zeros(n)
-    if not len(run):
-        return out
-    order = np.lexsort((run["seq"], group))
-    ids, heads = _runs(group[order], run["seq"][order])
-    gap = gaps[order]
-    counts = np.diff(np.append(heads, len(ids)))
-    medians = _group_median(gap, ids, heads, counts)
-    op_group = group[order][heads]
-    firsts = np.flatnonzero(np.diff(op_group, prepend=-1))
-    out[op_group[firsts]] = np.maximum.reduceat(medians, firsts)
+    if len(run):
+        owners, firsts, medians = _op_medians(run, group, gaps)
+        out[owners] = np.maximum.reduceat(medians, firsts)
     return out
 
 
 def _every_op(
     run: np.ndarray, group: np.ndarray, n: int, gaps: np.ndarray
-) -> list[tuple[float, ...]]:
-    """Per group, every op's median of ``gaps`` in seq order (as
-    :func:`_worst_op`, which keeps the largest)."""
+) -> tuple[np.ndarray, list[tuple[float, ...]]]:
+    """:func:`_worst_op` and, per group, every op's median in seq order."""
+    out = np.zeros(n)
     every: list[tuple[float, ...]] = [()] * n
     if not len(run):
-        return every
-    order = np.lexsort((run["seq"], group))
-    ids, heads = _runs(group[order], run["seq"][order])
-    counts = np.diff(np.append(heads, len(ids)))
-    medians = _group_median(gaps[order], ids, heads, counts)
-    op_group = group[order][heads]
-    firsts = np.flatnonzero(np.diff(op_group, prepend=-1))
-    for g, part in zip(
-        op_group[firsts].tolist(), np.split(medians, firsts[1:]), strict=True
-    ):
+        return out, every
+    owners, firsts, medians = _op_medians(run, group, gaps)
+    out[owners] = np.maximum.reduceat(medians, firsts)
+    for g, part in zip(owners.tolist(), np.split(medians, firsts[1:]), strict=True):
         every[g] = tuple(part.tolist())
-    return every
+    return out, every
 
 
 def _freezes(

@@ -202,9 +202,9 @@ def _score_frozen_sends(  # noqa: PLR0913, PLR0917 - private helper of one modul
     # receiver is ready: it is in the same op, posted a buffer beyond what
     # was sent (where its recv flow is seen: a transport with credits posts
     # only into such a buffer) and is not itself stuck with ready-not-sent
-    # data. Otherwise the receiver is
-    # not ready (remote cause): a receiver that cannot send cannot free its
-    # buffers, so credit stalls propagate backwards along a ring.
+    # data. Otherwise the receiver is not ready (remote cause): a receiver
+    # that cannot send cannot free its buffers, so credit stalls propagate
+    # backwards along a ring.
     n_local = 0
     for f in gt:
         peer, ch = int(f["peer"]), int(f["channel"])
@@ -381,12 +381,9 @@ def _score_unresolved(
 
 def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
     stops: dict[int, int] = {}
+    open_moved = flows[(flows["done"] < flows["total"]) & moved_data(flows)]
     for r in suspects:
-        mine = flows[
-            (flows["rank"] == r)
-            & (flows["done"] < flows["total"])
-            & moved_data(flows)
-        ]
+        mine = open_moved[open_moved["rank"] == r]
         if len(mine):
             stops[r] = int(mine["last_ns"].max())
     if len(stops) < 2:

@@ -530,9 +530,8 @@ def _score_links(
       most of those flows touch (congestion on its links);
     * G-T (ready, not sent) out of band, on flows whose receiver had posted
       the buffers (the part waiting on its credit is not counted), spread
-      over many NICs, none
-      on most of them: the network between them (switch-level congestion),
-      on the host most of them touch;
+      over many NICs, none on most of them: the network between them
+      (switch-level congestion), on the host most of them touch;
     * ... else per NIC touched by the most flagged flows: sending on them,
       that NIC (proxy if T froze in 1-2 long episodes, or if one GPU sends
       them all while its NIC mate sends normally); only receiving them
