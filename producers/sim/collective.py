@@ -228,9 +228,11 @@ class Physics:
             posted[..., k] = grant
             tb = np.maximum(np.maximum(gb, grant) + hw.proxy_latency_s, te)
             te = np.maximum(ge, tb) + hw.proxy_latency_s
+            # A stalled proxy posts nothing; a NIC outage stops the wire.
+            tb, te = fx.pause(tb, te, src, dst, net, proxy=True)
             wb = np.maximum(tb, we)
             we = np.maximum(te, wb + wire_s * jit[1, k])
-            wb, we = fx.pause(wb, we, src, dst, net)
+            wb, we = fx.pause(wb, we, src, dst, net, proxy=False)
             te = np.where(te > pdead_src, np.inf, te)
             we = np.where(we > pdead_src, np.inf, we)
             db = np.maximum(wb + lat, de)

@@ -219,8 +219,12 @@ class Effects:
         src: np.ndarray,
         dst: np.ndarray,
         net: np.ndarray,
+        *,
+        proxy: bool | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Stretch transmit intervals ``[tb, te]`` over NIC and proxy outages.
+        """Stretch transmit intervals ``[tb, te]`` over NIC and proxy outages
+        (``proxy``: True, proxy stalls only; False, NIC outages only; None,
+        both).
 
         A window with ``t1 = inf`` (a NIC that never comes back) makes every
         interval it touches end at ``inf``.
@@ -229,7 +233,7 @@ class Effects:
             return tb, te
         lo, hi = float(tb.min()), float(te.max())
         for w in self.pauses:
-            if w.t0_s >= hi or w.t1_s <= lo:
+            if w.t0_s >= hi or w.t1_s <= lo or proxy not in (None, w.flag):
                 continue
             who = w.mask[src] if w.flag else w.mask[src] | w.mask[dst]
             hit = who & net & (tb < w.t1_s) & (te > w.t0_s)

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TypeVar
 
 import numpy as np
 
@@ -302,3 +303,18 @@ def size_buckets(nbytes: np.ndarray) -> np.ndarray:
     magnitude = np.abs(nbytes.astype(np.int64)).astype(np.uint64)
     out: np.ndarray = np.searchsorted(powers, magnitude, side="right")
     return out
+
+
+K = TypeVar("K")
+
+
+def outliers(values: dict[K, float], floor: float) -> dict[K, float]:
+    """Keys whose value is above ``median + max(4 MAD, floor)`` of all the
+    values (two at least), with their excess over the median."""
+    if len(values) < 2:
+        return {}
+    arr = np.array(list(values.values()))
+    med = float(np.median(arr))
+    mad = float(np.median(np.abs(arr - med))) * 1.4826
+    cut = med + max(4 * mad, floor)
+    return {r: v - med for r, v in values.items() if v > cut}

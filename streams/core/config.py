@@ -62,7 +62,7 @@ class DetectorConfig:
             so the median and MAD alone call every burst a backlog.
         gap_chance_max: A flow's T-D is out of band in a root cause only when
             its count of ops above the band has a binomial tail below this at
-            the healthy samples' rate above it (``rca_slow._beyond_chance``):
+            the healthy samples' rate above it (``link_rules._beyond_chance``):
             above 1/65, so that one op out of band counts where none of the
             baseline's 64 samples was.
         hold_min_members: Ops of at least this many members are read for a

@@ -17,12 +17,13 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.text import comm_hex
-from mycroft.schemas.vocab import OP_NAMES, FaultKind
+from mycroft.schemas.vocab import OP_NAMES, SEND, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import WARMUP, BaselineColumns, Observed
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, new_anomaly
+from mycroft.streams.core.flow_features import sent_and_posted
 from mycroft.streams.core.hold_back import Hold, advance_holds, op_holds
 from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
 
@@ -252,8 +253,10 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     """Return ``rank -> (median G-T, median T-D)`` in chunks over the op's
     send flows to other hosts, from the snapshots taken while it ran.
 
-    Only snapshots of a started flow count (``progress.started_sends``):
-    before its first chunk and after its last, every gap is zero.
+    Only snapshots of a started flow count (``progress.op_flow_index``):
+    before its first chunk and after its last, every gap is zero. G-T
+    counts the data the receiver had posted buffers for (its recv flows of
+    the op; unknown counts as posted).
     Ops of one host, and ops no snapshot caught in flight, give nothing.
     Call it when the op completes: later snapshots are not the op's.
     """
@@ -279,17 +282,31 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     if not parts:
         return {}
     rows = stack_rows(parts)
+    recv = rows[rows["dir"] != SEND]
+    rows = rows[rows["dir"] == SEND]
+    if not len(rows):
+        return {}
     rank, peer = rows["rank"], rows["peer"]
     ids = np.unique(np.concatenate([rank, peer]))
     codes: dict[str, int] = {}
-    host = np.array(
-        [codes.setdefault(topo.host_of(x), len(codes)) for x in ids.tolist()]
+    names = [topo.host_of(x) for x in ids.tolist()]
+    host = np.array([codes.setdefault(h, len(codes)) for h in names])
+    # Receivers whose producer reports receive flows (``sent_and_posted``).
+    reports = np.array(
+        [(hs := ctx.store.hosts.get(h)) is not None and hs.reports_recv for h in names],
+        dtype=bool,
     )
     away = host[np.searchsorted(ids, rank)] != host[np.searchsorted(ids, peer)]
     rows = rows[away]
     if not len(rows):
         return {}
-    ranks, gt = group_medians(rows["rank"], rows["gpu_ready"] - rows["transmitted"])
+    # G-T on the data the receiver had posted buffers for, as the root cause
+    # reads it (``FlowFeatures.gt_chunks``): under credits a healthy sender
+    # waits on its receiver's slots, which is no transport backlog.
+    reporting = reports[np.searchsorted(ids, rows["peer"])]
+    sent, posted = sent_and_posted(rows, recv, reporting)
+    ready = np.minimum(rows["gpu_ready"], posted)
+    ranks, gt = group_medians(rows["rank"], np.maximum(ready - sent, 0.0))
     _, td = group_medians(rows["rank"], rows["transmitted"] - rows["done"])
     return dict(
         zip(ranks.tolist(), zip(gt.tolist(), td.tolist(), strict=True), strict=True)

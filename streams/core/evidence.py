@@ -72,6 +72,12 @@ class Rule(StrEnum):
     # Slowdown: cross-host flow gaps.
     LINK_TD_LAG = auto()
     """Cross-host flows touching a host keep a transmitted-not-done lag (T-D)."""
+    NIC_TD_LAG = auto()
+    """Every flow with a transmitted-not-done lag (T-D) goes through one NIC
+    while another NIC of its host moves data normally."""
+    PCIE_TD_LAG = auto()
+    """Most of the transmitted-not-done lag (T-D) drains into one GPU from
+    several NICs, its NIC mates receiving normally."""
     SWITCH_BACKLOG = auto()
     """Ready-not-sent backlog (G-T) spread over many NICs: congestion between
     hosts, named on the host most flows touch."""

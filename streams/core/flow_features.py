@@ -17,6 +17,10 @@ from mycroft.schemas.vocab import RECV, SEND
 
 FREEZE_NS = 300_000_000
 """T standing still this long while G > T is a freeze (not a slow link)."""
+CLOCK_SKEW_NS = 10_000_000
+"""Hosts sample on their own clocks, a few ms apart: a receiver's snapshot
+up to this much after a sender's may be of the same instant (a fast flow
+moves several chunks in the skew)."""
 
 
 @dataclass(frozen=True)
@@ -27,13 +31,14 @@ class FlowFeatures:
     total; ``gt_chunks`` and ``td_chunks`` are the worst op's median gap in
     chunks over the snapshots where the flow had started (something ready,
     not all done), G-T counting only the data the receiver had posted
-    buffers for; ``started``: there was one. ``episodes`` counts the
+    buffers for and not yet received (:func:`sent_and_posted`);
+    ``started``: there was one. ``episodes`` counts the
     freezes (T still for ``FREEZE_NS`` or more while G > T within one op),
     ``longest_freeze_ns`` is the longest; ``freeze_seq`` and
     ``freeze_start_ns`` place it (-1 when none; the first of equals).
     ``wait_chunks`` is the worst op's median of the part of G-T the
-    receiver had not posted buffers for (``G - max(T, receiver's G)``, its
-    recv flow's nearest snapshot; 0 where that flow is not seen): data that
+    receiver had not surely posted buffers for (``G - posted``, from
+    :func:`sent_and_posted`): data that
     waits on the receiver's credit (a slot it has not freed, or its kernel
     not started), not on the sender's transport. ``td_ops`` holds every
     op's T-D (the worst is ``td_chunks``).
@@ -57,7 +62,9 @@ class FlowFeatures:
 
 
 def flow_features(
-    hist: np.ndarray, host: np.ndarray | None = None
+    hist: np.ndarray,
+    host: np.ndarray | None = None,
+    reports: np.ndarray | None = None,
 ) -> list[FlowFeatures]:
     """Features of every send flow (rank, peer, channel, comm) in ``hist``
     (``FLAT_FLOW`` snapshots), in ascending key order.
@@ -68,7 +75,9 @@ def flow_features(
     statistic the role's baseline learns from every completed op
     (``detect_slow.op_flow_gaps``): one channel's median is far more
     variable than the rank's, and under credits a busy channel holds one or
-    two posted slots while an idle one holds none.
+    two posted slots while an idle one holds none. ``reports`` (per rank,
+    indexed by rank) says whose producer reports receive flows
+    (:func:`sent_and_posted`; default: those with one in ``hist``).
     """
     send = hist[hist["dir"] == SEND]
     if not len(send):
@@ -90,7 +99,8 @@ def flow_features(
     started = np.bincount(flow[run], minlength=n) > 0
     # G-T splits at the receiver's posted buffers: the part it had posted
     # buffers for waits on the sender's transport, the rest on the receiver.
-    posted = np.maximum(send["transmitted"], _posted(send, recv))
+    reporting = None if reports is None else reports[send["peer"]]
+    sent, posted = sent_and_posted(send, recv, reporting)
     ready = send["gpu_ready"].astype(np.float64)
     wait = np.maximum(ready - posted, 0.0)
     group, ngroup, pick = flow, n, None
@@ -104,7 +114,7 @@ def flow_features(
         send[run],
         group[run],
         ngroup,
-        (_gap(send, "gpu_ready", "transmitted") - wait)[run],
+        np.maximum(ready - sent - wait, 0.0)[run],
     )
     td, td_ops = _every_op(
         send[run], group[run], ngroup, _gap(send, "transmitted", "done")[run]
@@ -174,43 +184,57 @@ def _key_ids(*cols: np.ndarray) -> np.ndarray:
     return out
 
 
-def _posted(send: np.ndarray, recv: np.ndarray) -> np.ndarray:
-    """Per send snapshot, G (buffers posted) of the receiver's recv flow of
-    the same op and channel at its snapshot nearest in time (``inf`` where
-    the receiver reported none: unknown counts as posted)."""
-    out = np.full(len(send), np.inf)
+def sent_and_posted(
+    send: np.ndarray, recv: np.ndarray, reporting: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per send snapshot: what it had sent (its T), and the buffers its
+    receiver had posted for it by then (at least that much).
+
+    Posted reads the receiver's recv flow of the same op and channel at its
+    latest snapshot up to ``CLOCK_SKEW_NS`` after the send's: hosts sample
+    a few ms apart, so that snapshot may be the later one, and G only grows
+    within an op. Buffers posted after the sender's snapshot are at most
+    the data that arrived after it (under credits a slot is posted again
+    only once its data was received and used): the receiver's T beyond the
+    sender's T is taken off its G. Without such a snapshot, posted is what
+    was sent if the receiver reports receive flows (it had not issued the
+    op, or its buffers are not known to be posted yet), else ``inf`` (a
+    producer that reports no receive flows: unknown counts as posted).
+    Whether it does is ``reporting`` (per send row) where given, else
+    whether ``recv`` holds any of its receive flows.
+    """
+    if reporting is None:
+        reporting = np.isin(send["peer"], recv["rank"])
+    out = np.where(reporting, 0.0, np.inf)
+    sent = send["transmitted"].astype(np.float64)
     if not len(recv):
-        return out
+        return sent, np.maximum(out, sent)
     both = np.concatenate([send, recv])
+    sender = np.concatenate([send["rank"], recv["peer"]])
+    receiver = np.concatenate([send["peer"], recv["rank"]])
+    ns = len(send)
     # The same key on both ends: sender, receiver, channel, comm, seq.
-    inv = _key_ids(
-        np.concatenate([send["rank"], recv["peer"]]),
-        np.concatenate([send["peer"], recv["rank"]]),
-        both["channel"],
-        both["comm"],
-        both["seq"],
-    )
+    key = _key_ids(sender, receiver, both["channel"], both["comm"], both["seq"])
     ticks, tinv = np.unique(both["tick_ns"], return_inverse=True)
-    comp = inv.astype(np.int64) * (len(ticks) + 1) + tinv
-    s_comp, r_comp = comp[: len(send)], comp[len(send) :]
-    s_key, r_key = inv[: len(send)], inv[len(send) :]
-    order = np.argsort(r_comp, kind="stable")
-    r_comp, r_key = r_comp[order], r_key[order]
-    r_tick, r_g = recv["tick_ns"][order], recv["gpu_ready"][order]
-    hi = np.searchsorted(r_comp, s_comp, side="left")
-    best = np.full(len(send), -1)
-    gap = np.full(len(send), np.inf)
-    for cand in (hi - 1, hi):
-        ok = (cand >= 0) & (cand < len(r_comp))
-        c = np.where(ok, cand, 0)
-        ok &= r_key[c] == s_key
-        d = np.abs(r_tick[c] - send["tick_ns"]).astype(np.float64)
-        take = ok & (d < gap)
-        best = np.where(take, c, best)
-        gap = np.where(take, d, gap)
-    found = best >= 0
-    out[found] = r_g[best[found]]
-    return out
+    width = len(ticks) + 1
+    r_all = key[ns:].astype(np.int64) * width + tinv[ns:]
+    order = np.argsort(r_all, kind="stable")
+    r_comp, r_g, r_t = (
+        r_all[order],
+        recv["gpu_ready"][order],
+        recv["transmitted"][order],
+    )
+    # The receiver's latest snapshot up to the skew after each send's.
+    upto = np.searchsorted(ticks, send["tick_ns"] + CLOCK_SKEW_NS, side="right") - 1
+    s_key = key[:ns].astype(np.int64)
+    at = np.searchsorted(r_comp, s_key * width + upto, side="right") - 1
+    found = (at >= 0) & (r_comp[np.maximum(at, 0)] // width == s_key)
+    at = at[found]
+    # Data it had received beyond what the sender had sent arrived after
+    # the sender's snapshot; each chunk of it freed at most one slot.
+    after = np.maximum(r_t[at] - sent[found], 0.0)
+    out[found] = r_g[at] - after
+    return sent, np.maximum(out, sent)
 
 
 def _op_medians(

@@ -91,12 +91,14 @@ class HostState:
     rc_slots: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
     sends: deque[tuple[int, dict[tuple[int, int], np.ndarray]]] = field(
         default_factory=deque
-    )  # per ``history`` entry: (tick, started_sends of it)
+    )  # per ``history`` entry: (tick, op_flow_index of it)
+    reports_recv: bool = False  # its producer reports receive flows
 
     def keep_snapshot(self, tick_ns: int, flat: np.ndarray) -> None:
         """Append one flow snapshot (``FLAT_FLOW``) to the history."""
         self.history.append(flat)
-        self.sends.append((tick_ns, started_sends(flat)))
+        self.sends.append((tick_ns, op_flow_index(flat)))
+        self.reports_recv = self.reports_recv or bool((flat["dir"] != SEND).any())
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle (worker snapshots) with the flow history, without its
@@ -117,7 +119,7 @@ class HostState:
         ticks = state.pop("sends")
         self.__dict__.update(state)
         self.sends = deque(
-            (tick, started_sends(flat))
+            (tick, op_flow_index(flat))
             for tick, flat in zip(ticks, self.history, strict=True)  # type: ignore[call-overload]
         )
 
@@ -158,17 +160,19 @@ def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
     return ops, flat
 
 
-def started_sends(flat: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
-    """Return the started, unfinished send flows of one snapshot by op.
+def op_flow_index(flat: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """Return the started, unfinished send flows and every receive flow of
+    one snapshot by op.
 
     Started means something is ready and not all is done: before a flow's
-    first chunk and after its last, every counter gap is zero. Keys are
-    ``(comm, seq)``; rows keep their order. Built once per snapshot so that
-    each completed op looks its flows up instead of scanning snapshots.
+    first chunk and after its last, every counter gap is zero. A receive
+    flow's G tells which of its sender's data it had posted buffers for
+    (``flow_features.sent_and_posted``). Keys are ``(comm, seq)``; rows keep
+    their order. Built once per snapshot so that each completed op looks
+    its flows up instead of scanning snapshots.
     """
-    f = flat[
-        (flat["dir"] == SEND) & (flat["gpu_ready"] > 0) & (flat["done"] < flat["total"])
-    ]
+    send = flat["dir"] == SEND
+    f = flat[~send | ((flat["gpu_ready"] > 0) & (flat["done"] < flat["total"]))]
     if not len(f):
         return {}
     f = f[np.lexsort((f["seq"], f["comm"]))]

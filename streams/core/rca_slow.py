@@ -1,23 +1,18 @@
-"""Root cause of a slowdown: timing rules over completions, G/T/D over flows.
+"""Root cause of a slowdown: timing rules over completions, and the link
+evidence of flows (``link_rules``: G/T/D gaps of cross-host flows).
 
 Per rank, against its own healthy baseline and its peers in the same window:
 
 | evidence                                                      | component |
 |---------------------------------------------------------------|-----------|
-| cross-host flows keep T-D (sent, not acked), one host on most | network   |
-| G-T (ready, not sent) spread over >= 3 NICs, none on half     | network   |
-| G-T on flows through one NIC, some sent by it                 | nic       |
-| ... its flows' T froze in 1-2 long (>= 0.3 s) episodes        | proxy     |
-| ... all sent by one GPU, its NIC mate sending normally        | proxy     |
-| G-T only on flows into one GPU, from >= 2 NICs                | pcie      |
+| cross-host flows' G-T or T-D out of band (``link_rules``)     | link (*)  |
 | issues ops late (late arrival) and finishes last              | gpu       |
 | late in a group, computes longer between ops than its on-time |           |
 | members before the same ops (``compute_gaps``)                | gpu       |
 | every rank of one host arrives late                           | gpu       |
 | issues on time, gpu_ready lags peers, finishes last           | pcie      |
 
-Link gaps are judged in chunks against the role's pooled healthy baseline
-(learned by the ``slow_td`` detector); each flagged flow counts at both ends.
+(*) nic, network, proxy or pcie: the part the flagged flows share.
 
 A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank: this follows a slowdown across groups to its origin.
@@ -30,39 +25,32 @@ replica back, so lateness alone cannot tell which stage it is on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import numpy as np
-from scipy.stats import binom
 
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
-from mycroft.streams.core.backlog_receiver import common_receiver
-from mycroft.streams.core.baseline import size_buckets
+from mycroft.streams.core.baseline import outliers, size_buckets
 from mycroft.streams.core.completions import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
 from mycroft.streams.core.detect import DetectContext
-from mycroft.streams.core.detect_slow import gap_floor, role_gap_baseline
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.hold_back import score_holds
+from mycroft.streams.core.link_rules import score_links
 from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 from mycroft.streams.core.scoring import (
-    AMBIGUOUS_END,
     HOSTWIDE_CONF,
     MIN_TIMING_OPS,
     READY_BEHIND_BONUS,
-    WEIGHTS,
-    link_score,
     plus,
     timing_score,
 )
 from mycroft.streams.core.suspect import Suspect, rank_suspects
-
-K = TypeVar("K")
 
 
 def _waited_on_transfers(
@@ -273,8 +261,8 @@ def explain_slowdown(
     suspects: dict[int, Suspect] = {}
     evidence: list[Evidence] = []
     hist = ctx.store.flow_history(since_ns)
-    flows = flow_features(hist, _host_codes(ctx, hist))
-    _score_links(ctx, suspects, flows)
+    flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
+    score_links(ctx, suspects, flows)
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)
@@ -286,14 +274,14 @@ def explain_slowdown(
     evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
     span = float(np.median(spans)) if stats else 0.0
     floor = _late_floor(ctx, span)
-    singles = {r for r in _outliers(late, floor) if r not in early}
+    singles = {r for r in outliers(late, floor) if r not in early}
     # A whole host must explain a real share of the slowdown too: among 128
     # hosts one is always a few ms late in its worst group.
     share = _symptom_floor(ctx, span, worst, end_lag)
     hostwide = _score_whole_hosts(
         ctx,
         suspects,
-        _outliers(worst, share),
+        outliers(worst, share),
         stats,
         span,
         singles=singles,
@@ -359,14 +347,20 @@ def _host_codes(ctx: DetectContext, hist: np.ndarray) -> np.ndarray:
     return np.array([codes.setdefault(host_of(r), len(codes)) for r in range(top)])
 
 
-def _outliers(values: dict[K, float], floor: float) -> dict[K, float]:
-    if len(values) < 2:
-        return {}
-    arr = np.array(list(values.values()))
-    med = float(np.median(arr))
-    mad = float(np.median(np.abs(arr - med))) * 1.4826
-    cut = med + max(4 * mad, floor)
-    return {r: v - med for r, v in values.items() if v > cut}
+def _receive_reporters(ctx: DetectContext, hist: np.ndarray) -> np.ndarray:
+    """Per rank (index, as :func:`_host_codes`): whether its host's producer
+    has reported receive flows (``ProgressStore`` keeps it per host)."""
+    if not len(hist):
+        return np.zeros(0, dtype=bool)
+    top = int(max(hist["rank"].max(), hist["peer"].max())) + 1
+    hosts = ctx.store.hosts
+    return np.array(
+        [
+            (hs := hosts.get(ctx.topo.host_of(r))) is not None and hs.reports_recv
+            for r in range(top)
+        ],
+        dtype=bool,
+    )
 
 
 def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
@@ -388,347 +382,6 @@ def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
         for m in with_link:
             if m != rep:
                 suspects[rep].take(suspects[m], link)
-
-
-LinkFlag = tuple[FlowFeatures, float]
-"""A cross-host send flow whose counter gap left its role's band, and by how
-many chunks (value minus the role's median)."""
-
-
-def _flag_gaps(
-    ctx: DetectContext, flows: list[FlowFeatures], gap: str
-) -> list[LinkFlag]:
-    """Return the cross-host flows whose ``gap`` (``"gt"`` = G-T, ``"td"`` =
-    T-D; worst op's median, chunks) is out of their role's band.
-
-    The band is the role's pooled healthy baseline (learned by the detector
-    from completed ops) when warm, else the role's peers in this window.
-    """
-    cfg, topo = ctx.cfg, ctx.topo
-    floor = cfg.gap_floor_chunks
-    by_comm: dict[int, list[int]] = {}
-    for i, f in enumerate(flows):
-        if f.started and topo.host_of(f.rank) != topo.host_of(f.peer):
-            by_comm.setdefault(f.comm, []).append(i)
-    out: list[LinkFlag] = []
-    peers: dict[str, dict[int, float]] = {}
-    for comm, idx in by_comm.items():
-        base = role_gap_baseline(ctx, comm, gap)
-        if len(base.values) < cfg.warmup_samples:
-            info = topo.comms.get(comm)
-            role = peers.setdefault(info.role if info else "other", {})
-            role.update({i: getattr(flows[i], f"{gap}_chunks") for i in idx})
-            continue
-        cut, med = base.threshold(cfg, gap_floor(base, cfg)), base.stats()[0]
-        healthy = np.asarray(base.ordered)
-        rate = max(int((healthy > cut).sum()), 1) / (len(healthy) + 1)
-        for i in idx:
-            v = getattr(flows[i], f"{gap}_chunks")
-            if v > cut and (
-                gap != "td"
-                or _beyond_chance(flows[i].td_ops, cut, rate, cfg.gap_chance_max)
-            ):
-                out.append((flows[i], v - med))
-    for vals in peers.values():
-        out.extend((flows[i], ex) for i, ex in _outliers(vals, floor).items())
-    return out
-
-
-def _beyond_chance(ops: Sequence[float], cut: float, rate: float, alpha: float) -> bool:
-    """Whether more of a flow's ops had T-D above the band than healthy ops.
-
-    T-D is what is posted and not yet completed: under credits it is bounded
-    by the slots and sits at one or two of them whenever the flow streams,
-    so a slow wire cannot hold more than a healthy busy one, and the worst
-    of many healthy ops is above the band's 95th percentile. A wire is slow
-    when more of its ops are above the band than chance allows: the count's
-    binomial tail at ``rate`` (the healthy samples' own share above it) is
-    below ``alpha``. Without per-op values (features built by hand) the
-    worst op decides.
-    """
-    if not ops:
-        return True
-    k = int((np.asarray(ops) > cut).sum())
-    return bool(binom.sf(k - 1, len(ops), rate) < alpha)
-
-
-def _weights(
-    flags: list[LinkFlag], key: Callable[[int], K]
-) -> dict[K, tuple[int, int, float]]:
-    """Per ``key`` of either end of the flagged flows: how many touch it, how
-    many of those it sends, and their summed excess."""
-    out: dict[K, tuple[int, int, float]] = {}
-    for f, ex in flags:
-        src = key(f.rank)
-        for k in {src, key(f.peer)}:
-            n, sent, w = out.get(k, (0, 0, 0.0))
-            out[k] = (n + 1, sent + (k == src), w + ex)
-    return out
-
-
-def _blame_flow(  # noqa: PLR0913 - private helper of one module
-    ctx: DetectContext,
-    suspects: dict[int, Suspect],
-    flags: list[LinkFlag],
-    flows: list[FlowFeatures],
-    ranks: Sequence[int],
-    *,
-    rule: Rule,
-    score: float,
-    why: str,
-) -> None:
-    """Name ``rule``'s component on the rank of ``ranks`` with the worst
-    flagged send flow, with that flow.
-
-    Without one: its worst cross-host send flow, else the worst flagged flow
-    into it (named from the culprit's end: ``rank -> sender``). A NIC, a
-    proxy and the network carry only traffic between hosts, so the flow
-    named is never one to a GPU of the same host.
-    """
-    host_of = ctx.topo.host_of
-    own = [(f, ex) for f, ex in flags if f.rank in ranks]
-    into = [(f, ex) for f, ex in flags if f.peer in ranks]
-    mine = [
-        f
-        for f in flows
-        if f.rank in ranks and f.started and host_of(f.rank) != host_of(f.peer)
-    ]
-    if own:
-        flow = max(own, key=lambda x: (x[1], -x[0].rank))[0]
-        rank, peer = flow.rank, flow.peer
-    elif mine:
-        flow = max(mine, key=lambda f: (f.gt_chunks + f.td_chunks, -f.rank))
-        rank, peer = flow.rank, flow.peer
-    elif into:
-        flow = max(into, key=lambda x: (x[1], -x[0].peer))[0]
-        rank, peer = flow.peer, flow.rank
-    else:
-        return
-    nic = WEIGHTS[rule].component is Component.NIC
-    if nic and rank == flow.rank and 0 < flow.episodes <= 2:
-        rule = Rule.PROXY_FREEZE
-        why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
-    sus = suspects.setdefault(rank, Suspect(rank))
-    sus.add(rule, why, score=score, flow=(peer, flow.channel))
-    sus.flow = (peer, flow.channel)
-
-
-TIED_HOSTS = 4
-"""Most hosts named for one network verdict when they are tied for the
-most flagged flows (the first congested flows into a switch touch the
-two senders' hosts and the two receivers' hosts alike)."""
-
-
-def _score_links(
-    ctx: DetectContext,
-    suspects: dict[int, Suspect],
-    flows: list[FlowFeatures],
-) -> None:
-    """G/T/D over cross-host flows, attributed to the part they share.
-
-    * T-D (sent, not acknowledged) out of band: the network path of the host
-      most of those flows touch (congestion on its links);
-    * G-T (ready, not sent) out of band, on flows whose receiver had posted
-      the buffers (the part waiting on its credit is not counted), spread
-      over many NICs, none on most of them: the network between them
-      (switch-level congestion), on the host most of them touch;
-    * ... else per NIC touched by the most flagged flows: sending on them,
-      that NIC (proxy if T froze in 1-2 long episodes, or if one GPU sends
-      them all while its NIC mate sends normally); only receiving them
-      into one GPU from several NICs, that GPU's receive path does not drain
-      (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
-      sender-receiver pair) names both ends, the receiving one weaker.
-    """
-    lag = _flag_gaps(ctx, flows, "td")
-    if lag:
-        _blame_hosts(
-            ctx,
-            suspects,
-            lag,
-            flows,
-            rule=Rule.LINK_TD_LAG,
-            why=lambda host, n: (
-                f"{n} of {len(lag)} cross-host flows with a "
-                f"transmitted-not-done lag (T-D) touch host {host}: its network "
-                "path acknowledges late"
-            ),
-        )
-    # G-T here is the part the receiver had posted buffers for: a backlog
-    # waiting on the receiver's credit is the receiver's, which its timing
-    # shows (``FlowFeatures.wait_chunks``).
-    backlog = _flag_gaps(ctx, flows, "gt")
-    if backlog:
-        _score_backlog(ctx, suspects, flows, backlog)
-
-
-def _blame_hosts(
-    ctx: DetectContext,
-    suspects: dict[int, Suspect],
-    flags: list[LinkFlag],
-    flows: list[FlowFeatures],
-    *,
-    rule: Rule,
-    why: Callable[[str, int], str],
-) -> None:
-    """``rule`` (network) on the host that most flagged flows touch; hosts tied with it
-    (the two ends of the same flows, or two pairs of hosts across one
-    switch) are named too, weaker, up to ``TIED_HOSTS``: a tie is
-    ambiguity, and the top culprit's confidence says so (a later answer
-    from more flows can revise it)."""
-    hosts = _weights(flags, ctx.topo.host_of)
-    most = max(n for n, _, _ in hosts.values())
-    tops = sorted(
-        (h for h, (n, _, _) in hosts.items() if n == most),
-        key=lambda h: (-hosts[h][1], -hosts[h][2], h),
-    )
-    for i, host in enumerate(tops[:TIED_HOSTS]):
-        _blame_flow(
-            ctx,
-            suspects,
-            flags,
-            flows,
-            ctx.topo.ranks_on_host(host),
-            rule=rule,
-            score=link_score(rule, len(flags)) * (AMBIGUOUS_END if i else 1.0),
-            why=why(host, most),
-        )
-
-
-def _one_gpu_behind(
-    ctx: DetectContext,
-    out_of: list[LinkFlag],
-    backlog: list[LinkFlag],
-    flows: list[FlowFeatures],
-) -> int | None:
-    """The one GPU whose sends back up while the other GPUs of its NIC send
-    to other hosts without a backlog in the same window, else None.
-
-    A NIC (its rate, its link) is shared by every GPU behind it; the send
-    proxy is per GPU: a backlog on one GPU's sends only is its proxy.
-    """
-    ranks = {f.rank for f, _ in out_of}
-    if len(ranks) != 1:
-        return None
-    rank = next(iter(ranks))
-    mates = set(ctx.topo.ranks_on_nic(rank)) - {rank}
-    flagged = {f.rank for f, _ in backlog}
-    topo = ctx.topo
-    clean = {
-        f.rank
-        for f in flows
-        if f.rank in mates
-        and f.started
-        and f.rank not in flagged
-        and topo.host_of(f.rank) != topo.host_of(f.peer)
-    }
-    return rank if mates and clean == mates else None
-
-
-def _score_backlog(
-    ctx: DetectContext,
-    suspects: dict[int, Suspect],
-    flows: list[FlowFeatures],
-    backlog: list[LinkFlag],
-) -> None:
-    topo = ctx.topo
-    if (rx := common_receiver(topo, backlog)) is not None:
-        suspects.setdefault(rx.rank, Suspect(rx.rank)).add(
-            Rule.PCIE_BACKLOG,
-            f"{rx.flows} flows into rank {rx.rank} from {rx.senders} NICs hold "
-            f"{rx.share:.0%} of the ready-not-sent backlog (G-T) while its NIC "
-            "mates receive normally: its receive path (PCIe) does not drain",
-            score=link_score(Rule.PCIE_BACKLOG, rx.flows),
-        )
-        return
-    # NICs whose flows hold far more backlog than the other NICs' are where
-    # it builds up; the small backlogs elsewhere wait on them (every flow of
-    # a job stalls while one proxy or NIC holds its data back). The rules
-    # below read their flows only: a congested switch still spreads them
-    # over several NICs, one failing NIC or proxy does not.
-    excess = {k: w for k, (_, _, w) in _weights(backlog, topo.nic_key).items()}
-    lead = _outliers(excess, ctx.cfg.gap_floor_chunks)
-    if lead:
-        backlog = [
-            (f, ex)
-            for f, ex in backlog
-            if topo.nic_key(f.rank) in lead or topo.nic_key(f.peer) in lead
-        ]
-    nics = _weights(backlog, topo.nic_key)
-    most = max(n for n, _, _ in nics.values())
-    senders_all = {topo.nic_key(f.rank) for f, _ in backlog}
-    if most < 0.5 * len(backlog) and len(senders_all) >= 3:
-        _blame_hosts(
-            ctx,
-            suspects,
-            backlog,
-            flows,
-            rule=Rule.SWITCH_BACKLOG,
-            why=lambda host, n: (
-                f"{len(backlog)} cross-host flows over {len(nics)} "
-                f"NICs keep a ready-not-sent backlog (G-T), {n} touching host "
-                f"{host}: congestion between hosts, not one NIC"
-            ),
-        )
-        return
-    tops = sorted(
-        (k for k, (n, _, _) in nics.items() if n == most),
-        key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
-    )
-    for nic in tops[:2]:
-        on = [
-            (f, ex)
-            for f, ex in backlog
-            if nic in {topo.nic_key(f.rank), topo.nic_key(f.peer)}
-        ]
-        out_of = [(f, ex) for f, ex in on if topo.nic_key(f.rank) == nic]
-        into = {f.peer for f, _ in on if topo.nic_key(f.rank) != nic}
-        senders = {topo.nic_key(f.rank) for f, _ in on}
-        tied = len(tops) > 1
-        if out_of:
-            alone = _one_gpu_behind(ctx, out_of, backlog, flows)
-            rule = Rule.PROXY_SEND_BACKLOG if alone else Rule.NIC_SEND_BACKLOG
-            _blame_flow(
-                ctx,
-                suspects,
-                out_of,
-                flows,
-                topo.ranks_on_nic(out_of[0][0].rank),
-                rule=rule,
-                score=link_score(rule, most),
-                why=f"{most} of {len(backlog)} cross-host flows with a "
-                f"ready-not-sent backlog (G-T) go through NIC {nic[1]} of "
-                f"{nic[0]}, {len(out_of)} sent by it"
-                + (
-                    f", all by rank {alone} while its NIC mate sends normally: "
-                    "that GPU's send proxy"
-                    if alone
-                    else ""
-                ),
-            )
-        elif len(into) == 1:
-            rank = next(iter(into))
-            share = AMBIGUOUS_END if tied or len(senders) < 2 else 1.0
-            suspects.setdefault(rank, Suspect(rank)).add(
-                Rule.NIC_PCIE_BACKLOG,
-                f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
-                "a ready-not-sent backlog (G-T) while its NIC mate receives "
-                "normally: its receive path (PCIe) does not drain",
-                score=link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
-            )
-        else:
-            _blame_flow(
-                ctx,
-                suspects,
-                on,
-                flows,
-                sorted(into),
-                rule=Rule.NIC_RECEIVE_BACKLOG,
-                score=link_score(Rule.NIC_RECEIVE_BACKLOG, most)
-                * (AMBIGUOUS_END if tied else 1.0),
-                why=f"{most} cross-host flows into both GPUs of NIC {nic[1]} "
-                f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
-                "not take data in",
-            )
 
 
 def _intra_host_slowdown(
@@ -775,7 +428,7 @@ def _intra_host_slowdown(
         for j in of.tolist():
             ratios.setdefault(hostname[host[rows[j]]], []).append(med[j] / ref)
     agg = {h: float(np.median(v)) for h, v in ratios.items()}
-    slow = _outliers(agg, 0.1)
+    slow = outliers(agg, 0.1)
     return {h: (1.0 if h in slow else -1.0) for h in agg}
 
 
@@ -933,7 +586,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
     # late is jitter beside victims 200 ms late (among 1,000 ranks one is
     # always a few ms out).
     floor = _symptom_floor(ctx, span, worst, end_lag)
-    late_out = {r: v for r, v in _outliers(late, floor).items() if r not in early}
+    late_out = {r: v for r, v in outliers(late, floor).items() if r not in early}
     weak: set[int] = set()
     if slow:
         late_out = _score_slow_compute(ctx, suspects, slow, worst, span)
@@ -945,7 +598,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         # clearly (a worst of many groups is noisy) and revisably.
         late_out = {
             r: v
-            for r, v in _outliers(worst, floor).items()
+            for r, v in outliers(worst, floor).items()
             if r not in early and v >= WORST_GROUP_FLOORS * floor
         }
         weak.update(late_out)
@@ -961,7 +614,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         )
     ready = {f.rank: f.ready for f in flows}
     deficit = {r: -v for r, v in ready.items()}
-    for r, d in _outliers(deficit, 0.1).items():
+    for r, d in outliers(deficit, 0.1).items():
         if r not in late_out:
             suspects.setdefault(r, Suspect(r)).add(
                 Rule.READY_LAGS,
@@ -969,7 +622,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
                 "while it issues on time (copies late)",
                 score=plus(Rule.READY_LAGS, d),
             )
-    lag_out = _outliers(end_lag, floor)
+    lag_out = outliers(end_lag, floor)
     for r, excess in lag_out.items():
         if r in late_out or r in early:
             continue

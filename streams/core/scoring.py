@@ -98,6 +98,8 @@ WEIGHTS: dict[Rule, Weight] = {
     Rule.LINK_TD_LAG: Weight(
         Component.NETWORK, LINK_BASE, _LINK, "x (1 + log2(1 + flows))"
     ),
+    Rule.NIC_TD_LAG: Weight(_N, LINK_BASE, _NIC, "x (1 + log2(1 + flows))"),
+    Rule.PCIE_TD_LAG: Weight(_P, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"),
     Rule.SWITCH_BACKLOG: Weight(
         Component.NETWORK, LINK_BASE, _LINK, "x (1 + log2(1 + flows))"
     ),

@@ -47,6 +47,15 @@ def host_of(r: int) -> int:
     return r // PER_HOST
 
 
+def struck(fault: Fault) -> set[int]:
+    """Ranks a fault hits: every rank of the host for ``network``
+    (background traffic on all its NICs, the paper's case 6), else the
+    fault's rank."""
+    if fault.kind == "network":
+        return {r for r in range(NR) if host_of(r) == host_of(fault.rank)}
+    return {fault.rank}
+
+
 def comm_members(comm: int) -> list[int]:
     if comm >= 0x200:
         return [r for r in range(NR) if r % PER_HOST == comm - 0x200]
@@ -111,7 +120,7 @@ class Job:
     ) -> dict[int, int]:
         f = self.fault
         kind, nbytes = OP_NAMES.index("allreduce"), 1 << 20
-        active = t >= f_ns and f.rank in issue
+        active = t >= f_ns and bool(struck(f) & issue.keys())
         if active and comm >= 0x200 and f.kind in ("nic-bandwidth", "network", "pcie"):
             dur = int(dur * f.factor)
         start = max(issue.values())
@@ -264,7 +273,10 @@ class Emitter:
         else:
             nbytes = op.nbytes
         flows = []
-        active = t >= self.f_ns and self.f.rank in op.issue and op.comm >= 0x200
+        struck_ranks = struck(self.f)
+        active = (
+            t >= self.f_ns and bool(struck_ranks & op.issue.keys()) and op.comm >= 0x200
+        )
         for ch in range(2):
             base = int(p * CHUNKS)
             g, tr, d = min(CHUNKS, base + (1 if p > 0 else 0)), base, base
@@ -277,14 +289,17 @@ class Emitter:
                 tr, d = min(CHUNKS, base + 1), base
             if fk == "nic-bandwidth" and r == self.f.rank:
                 g, tr, d = min(CHUNKS, base + 5), base, base
-            if fk == "network" and r == self.f.rank:
+            if fk == "network" and r in struck_ranks:
                 d = max(0, base - 5)
             if fk == "pcie" and r == self.f.rank:
                 g = tr = d = int(base * 0.6)
             flows.append((ch, nxt, SEND, CHUNKS, g, tr, d, last if p > 0 else 0))
             rg = base + (3 if fk == "gpu-hang" and r == self.f.rank else 0)
             rg = min(CHUNKS, rg)
-            flows.append((ch, prv, RECV, CHUNKS, rg, rg, rg, last if p > 0 else 0))
+            # G = buffers posted (schemas/ring.md): every buffer once the
+            # kernel runs, as NCCL without credits (the fluid model).
+            posted = CHUNKS if p > 0 else 0
+            flows.append((ch, prv, RECV, CHUNKS, posted, rg, rg, last if p > 0 else 0))
         op_row = (
             r,
             op.comm,

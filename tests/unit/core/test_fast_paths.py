@@ -42,7 +42,12 @@ from mycroft.streams.core.detect import (
 )
 from mycroft.streams.core.detect_slow import GAP_CLOCK_SLACK_NS, op_flow_gaps
 from mycroft.streams.core.engine import Analyzer
-from mycroft.streams.core.flow_features import FREEZE_NS, FlowFeatures, flow_features
+from mycroft.streams.core.flow_features import (
+    CLOCK_SKEW_NS,
+    FREEZE_NS,
+    FlowFeatures,
+    flow_features,
+)
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_slow import (
     PAIR_ROW,
@@ -235,7 +240,7 @@ def test_comm_progress_reductions_match_a_mask_per_comm(fed: Analyzer) -> None:
 def _gaps_reference(
     fed: Analyzer, st: CollectiveStat
 ) -> dict[int, tuple[float, float]]:
-    topo = fed.ctx.topo
+    topo, store = fed.ctx.topo, fed.ctx.store
     hosts = {topo.host_of(r) for r in st.ranks.tolist()}
     if len(hosts) < 2:
         return {}
@@ -246,17 +251,27 @@ def _gaps_reference(
         for snap in fed.ctx.store.hosts[h].history
         if int(snap["tick_ns"][0]) >= cutoff
     ]
-    rows = np.concatenate(parts)
-    rows = rows[
-        (rows["dir"] == SEND) & (rows["gpu_ready"] > 0) & (rows["done"] < rows["total"])
+    every = np.concatenate(parts)
+    rows = every[
+        (every["dir"] == SEND)
+        & (every["gpu_ready"] > 0)
+        & (every["done"] < every["total"])
     ]
     out = {}
     for rank in sorted(set(rows["rank"].tolist())):
         f = rows[rows["rank"] == rank]
         f = f[[topo.host_of(p) != topo.host_of(rank) for p in f["peer"].tolist()]]
         if len(f):
+            reports = [
+                store.hosts[topo.host_of(int(x["peer"]))].reports_recv for x in f
+            ]
+            seen = [_seen_at(every, x, r) for x, r in zip(f, reports, strict=True)]
+            gt = [
+                max(min(float(x["gpu_ready"]), posted) - sent, 0.0)
+                for x, (sent, posted) in zip(f, seen, strict=True)
+            ]
             out[rank] = (
-                float(np.median(f["gpu_ready"] - f["transmitted"])),
+                float(np.median(gt)),
                 float(np.median(f["transmitted"] - f["done"])),
             )
     return out
@@ -483,18 +498,15 @@ def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
         f = f[np.argsort(f["tick_ns"], kind="stable")]
         tot = np.maximum(f["total"], 1).astype(np.float64)
         run = f[(f["gpu_ready"] > 0) & (f["done"] < f["total"])]
+        seen = [_seen_at(hist, x) for x in run]
         wait = [
-            max(
-                float(x["gpu_ready"])
-                - max(float(x["transmitted"]), _posted_at(hist, x)),
-                0.0,
-            )
-            for x in run
+            max(float(x["gpu_ready"]) - posted, 0.0)
+            for x, (_, posted) in zip(run, seen, strict=True)
         ]
         gaps = {
             "gt": [
-                float(x["gpu_ready"] - x["transmitted"]) - w
-                for x, w in zip(run, wait, strict=True)
+                max(float(x["gpu_ready"]) - sent - w, 0.0)
+                for x, (sent, _), w in zip(run, seen, wait, strict=True)
             ],
             "td": [float(x["transmitted"] - x["done"]) for x in run],
             "wait": wait,
@@ -544,23 +556,31 @@ def _flow_features_reference(hist: np.ndarray) -> list[FlowFeatures]:
     return out
 
 
-def _posted_at(hist: np.ndarray, send: np.void) -> float:
-    """G of the receiver's recv flow of ``send``'s op and channel at the
-    snapshot nearest in time (the earlier of equals), inf if none."""
-    recv = hist[
-        (hist["dir"] != SEND)
-        & (hist["rank"] == send["peer"])
-        & (hist["peer"] == send["rank"])
-        & (hist["channel"] == send["channel"])
-        & (hist["comm"] == send["comm"])
-        & (hist["seq"] == send["seq"])
+def _seen_at(
+    hist: np.ndarray, send: np.void, reports: bool | None = None
+) -> tuple[float, float]:
+    """``send``'s T and what its receiver had posted for it: G of the
+    receiver's recv flow of its op and channel at its latest snapshot up to
+    ``CLOCK_SKEW_NS`` after the send's, less that snapshot's T beyond the
+    send's T (at least T); without one, T when the receiver reports receive
+    flows (``reports``, or any in ``hist``), else inf."""
+    mine = hist[(hist["dir"] != SEND) & (hist["rank"] == send["peer"])]
+    recv = mine[
+        (mine["peer"] == send["rank"])
+        & (mine["comm"] == send["comm"])
+        & (mine["channel"] == send["channel"])
+        & (mine["seq"] == send["seq"])
     ]
-    if not len(recv):
-        return float("inf")
-    d = np.abs(recv["tick_ns"].astype(np.int64) - int(send["tick_ns"]))
-    best = np.flatnonzero(d == d.min())
-    ticks = recv["tick_ns"][best]
-    return float(recv["gpu_ready"][best[np.argmin(ticks)]])
+    sent = float(send["transmitted"])
+    ticks = recv["tick_ns"].astype(np.int64)
+    now = ticks <= int(send["tick_ns"]) + CLOCK_SKEW_NS
+    if now.any():
+        at = recv[now][np.argmax(ticks[now])]
+        after = max(float(at["transmitted"]) - sent, 0.0)
+        return sent, max(sent, float(at["gpu_ready"]) - after)
+    if reports is None:
+        reports = bool(len(mine))
+    return sent, sent if reports else float("inf")
 
 
 def _stalling_history(seed: int) -> np.ndarray:

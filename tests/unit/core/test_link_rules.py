@@ -2,7 +2,9 @@
 
 * the T-D detector fires on a flow lag that persists above its role's
   baseline, and stays silent on chunk-granularity jitter;
-* lagging (T-D) flows name the network path of the host they all touch;
+* lagging (T-D) flows name the smallest part they share: one GPU they
+  drain into (PCIe), one NIC (both its GPUs, its host's other NIC fine),
+  else the network path of the host they all touch;
 * a ready-not-sent backlog (G-T) is attributed to the part its flows share:
   one sending NIC, one receiving GPU (PCIe), or many NICs (the network);
 * a backlog on one GPU's sends while its NIC mate sends normally is that
@@ -19,9 +21,11 @@ from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.completions import CollectiveStat
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import observe_collective, role_gap_baseline
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
+from mycroft.streams.core.link_rules import score_links
 from mycroft.streams.core.progress import FLAT_FLOW
-from mycroft.streams.core.rca_slow import _score_links, _waited_on_transfers
+from mycroft.streams.core.rca_slow import _waited_on_transfers
 from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import CommInfo
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
@@ -148,7 +152,7 @@ def test_healthy_flows_name_nobody():
     ctx = _ctx()
     _warm(ctx)
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _healthy_flows())
+    score_links(ctx, suspects, _healthy_flows())
     assert not suspects
 
 
@@ -159,11 +163,47 @@ def test_lagging_flows_name_the_host_they_all_touch():
     bad = {(r, r + 4): (0.0, 3.0) for r in range(4, 8)}
     bad |= {(r, r + 4): (0.0, 3.0) for r in range(4)}
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert comp is Component.NETWORK and rank // PER_HOST == 1
     peer, _ = suspects[rank].flow or (None, None)
     assert peer is not None and peer // PER_HOST != 1
+
+
+def test_lag_on_every_send_of_one_nic_is_that_nic():
+    """Under credits a capped NIC holds its posted slots: T-D on the sends of
+    both its GPUs, while the other NIC of its host sends normally."""
+    ctx = _ctx()
+    _warm(ctx)
+    bad = {(4, 8): (0.0, 4.0), (5, 9): (0.0, 4.0)}  # NIC 0 of host 1
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    rank, comp, _ = _best(suspects)
+    assert (rank in (4, 5), comp) == (True, Component.NIC)
+    assert str(Rule.NIC_TD_LAG) in suspects[rank].rules
+
+
+def test_lag_on_one_gpu_while_its_nic_mate_sends_normally_is_not_the_nic():
+    """A NIC is shared by its GPUs: one GPU's flows lagging while its NIC
+    mate's do not are their route (the network), not the NIC."""
+    ctx = _ctx()
+    _warm(ctx)
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, _with(_healthy_flows(), {(4, 8): (0.0, 4.0)}))
+    assert _best(suspects)[1] is Component.NETWORK
+
+
+def test_lag_into_one_gpu_from_several_nics_is_its_pcie():
+    """Under credits a slow PCIe write into the receiving GPU slows the wire
+    into it: T-D on every flow into it, from two NICs, its NIC mate fine."""
+    ctx = _ctx()
+    _warm(ctx)
+    bad = {(2, 6): (0.0, 4.0), (14, 6): (0.0, 4.0)}
+    flows = _with(_healthy_flows(), bad) + [_flow(14, 6, 0.0, 4.0, ch=1)]
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, flows)
+    assert _best(suspects)[:2] == (6, Component.PCIE)
+    assert str(Rule.PCIE_TD_LAG) in suspects[6].rules
 
 
 def test_backlog_from_one_nic_both_ways_is_that_nic():
@@ -172,7 +212,7 @@ def test_backlog_from_one_nic_both_ways_is_that_nic():
     # NIC 0 of host 1 (ranks 4, 5) flaps: flows out of it and into it stall.
     bad = {(4, 8): (5.0, 0.0), (5, 9): (5.0, 0.0), (0, 4): (5.0, 0.0)}
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert (comp, rank in (4, 5)) == (Component.NIC, True)
     assert suspects[rank].flow is not None and suspects[rank].flow[0] in (8, 9)
@@ -190,7 +230,7 @@ def test_a_nic_that_does_not_take_data_in_is_named_with_a_cross_host_flow():
     flows = _with(flows + [_flow(0, 4), _flow(10, 5)], bad)
     flows += [_flow(4, 5, gt=9.0), _flow(5, 4, gt=9.0)]
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, flows)
+    score_links(ctx, suspects, flows)
     rank, comp, _ = _best(suspects)
     assert (rank, comp) in ((4, Component.NIC), (5, Component.NIC))
     assert suspects[rank].flow in ((0, 0), (10, 0))
@@ -203,7 +243,7 @@ def test_backlog_into_one_gpu_from_several_nics_is_its_pcie():
     bad = {(2, 6): (4.0, 0.0), (14, 6): (4.0, 0.0)}
     flows = _with(_healthy_flows(), bad) + [_flow(14, 6, 4.0, 0.0, ch=1)]
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, flows)
+    score_links(ctx, suspects, flows)
     assert _best(suspects)[:2] == (6, Component.PCIE)
 
 
@@ -218,7 +258,7 @@ def test_backlog_over_many_nics_is_the_network():
     bad = {(r, r + 4): (4.0, 0.0) for r in range(4, 8)}
     bad |= {(r, r - 12): (4.0, 0.0) for r in range(12, 16)}
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, conf = _best(suspects)
     assert comp is Component.NETWORK
     assert suspects[rank].flow is not None
@@ -236,7 +276,7 @@ def test_one_nic_pair_is_ambiguous():
     # nothing else backs up: the sending NIC (Table 4) or the receiving one.
     bad = {(4, 8): (4.0, 0.0), (5, 9): (4.0, 0.0)}
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, conf = _best(suspects)
     assert (rank in (4, 5), comp) == (True, Component.NIC)  # the sender first
     far = [s for r, s in suspects.items() if r in (8, 9)]
@@ -250,7 +290,7 @@ def test_backlog_on_one_gpu_of_a_shared_nic_is_its_proxy():
     # Rank 4's sends back up; rank 5, behind the same NIC, sends normally.
     bad = {(4, 8): (4.0, 0.0)}
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _with(_healthy_flows(), bad))
+    score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert (rank, comp) == (4, Component.PROXY)
     assert suspects[4].flow == (8, 0)
@@ -372,14 +412,15 @@ def test_backlog_into_one_gpu_over_many_nics_is_its_pcie_not_the_network():
     into_6 = [_flow(src, 6, 6.0) for src in (0, 8, 12)]
     others = [_flow(s, d, 2.0) for s, d in ((1, 9), (2, 10), (3, 15), (13, 1), (14, 2))]
     suspects: dict[int, Suspect] = {}
-    _score_links(ctx, suspects, _healthy_flows() + into_6 + others)
+    score_links(ctx, suspects, _healthy_flows() + into_6 + others)
     assert _best(suspects)[:2] == (6, Component.PCIE)
 
 
-def _with_recv(send: np.ndarray, posted: int) -> np.ndarray:
-    """``send`` snapshots plus the receiver's recv flow at the same ticks,
-    with ``posted`` buffers (its G)."""
+def _with_recv(send: np.ndarray, posted: int, lead_ns: int = 50 * MS) -> np.ndarray:
+    """``send`` snapshots plus the receiver's recv flow, each ``lead_ns``
+    before a send snapshot, with ``posted`` buffers (its G)."""
     recv = send.copy()
+    recv["tick_ns"] -= lead_ns
     recv["rank"], recv["peer"] = send["peer"], send["rank"]
     recv["dir"] = RECV
     recv["gpu_ready"] = posted
@@ -404,6 +445,32 @@ def test_a_backlog_without_the_receivers_credit_is_not_the_senders():
     assert part.gt_chunks == 8.0 and part.wait_chunks == 12.0
     (unknown,) = flow_features(rows)  # no recv flow seen: counts as posted
     assert unknown.gt_chunks == 20.0 and unknown.wait_chunks == 0.0
+
+
+def test_the_receiver_is_read_at_the_senders_instant():
+    """What the receiver posted is read at its snapshot of the sender's
+    tick or before, never later (G only grows: it would credit buffers
+    posted after the sender was seen waiting); a receiver that reports
+    receive flows but none of this op has not issued it; and a snapshot of
+    the same tick that holds data the sender had not sent was taken after
+    the sender's: the buffers it posted meanwhile (at most one per chunk
+    that arrived meanwhile) are not counted."""
+    rows = np.zeros(4, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.arange(4) * 100 * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["seq"], rows["total"] = 7, 64
+    rows["gpu_ready"], rows["transmitted"], rows["done"] = 30, 10, 10
+    late = _with_recv(rows, posted=64)[4:][2:]  # its recv seen from 200 ms on
+    (waits,) = flow_features(np.concatenate([rows[:2], late]))
+    assert waits.gt_chunks == 0.0 and waits.wait_chunks == 20.0
+    other = _with_recv(rows, posted=64)[4:]
+    other["seq"] = 6  # the receiver reports an earlier op only
+    (unissued,) = flow_features(np.concatenate([rows, other]))
+    assert unissued.gt_chunks == 0.0 and unissued.wait_chunks == 20.0
+    ahead = _with_recv(rows[:1], posted=32, lead_ns=0)
+    ahead["transmitted"][1] = 26  # 16 chunks arrived after the sender's look
+    (part,) = flow_features(ahead)
+    assert part.gt_chunks == 6.0 and part.wait_chunks == 14.0
 
 
 def test_with_hosts_a_cross_host_flows_gaps_are_its_ranks_in_the_op():
