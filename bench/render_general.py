@@ -14,8 +14,10 @@ _HEAD = (
 def _half(r: dict[str, Any]) -> list[str]:
     lines = [
         "Settings (schedule, layout, counter semantics, drift, noise) and seeds "
-        "of each half are disjoint; the detection core is tuned on the tune half "
-        f"only. Wall {r['wall_s']:.0f} s on {r['cpus']} CPUs, source "
+        "of each half are disjoint; the core is tuned on the tune half, and "
+        "report-half runs are read only to diagnose failures, never to pick a "
+        "constant. "
+        f"Wall {r['wall_s']:.0f} s on {r['cpus']} CPUs, source "
         f"{r['commit']}. Command: `{r['command']}`.",
         "",
         _HEAD,
