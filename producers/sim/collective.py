@@ -20,6 +20,7 @@ process turns every later time into ``inf``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -110,10 +111,12 @@ class Physics:
         dst = np.roll(ranks, -1, axis=1)
         link = self._link(ranks, dst, req.issue, nbytes // n, req.channels)
         start = self._launch(ranks, req.issue, req.gpu_free)
-        send, posted = self._ring_steps(
+        send, posted, held = self._ring_steps(
             ranks, dst, (start, np.roll(start, -1, axis=1)), link, steps
         )
         recv = _ring_recv(send, link[0], self.fx.gpu_dead[ranks])
+        held_recv = _ring_recv(held, link[0], self.fx.gpu_dead[ranks])
+        held_recv[..., 2, :, -1] = np.nan  # the last step's use: a copy
         posts = np.stack(
             [
                 send[..., 0, :, :],
@@ -122,11 +125,12 @@ class Physics:
             axis=2,
         )
         times = np.stack([send, recv], axis=2)
+        holds = np.stack([held, held_recv], axis=2)
         if culprit is not None and culprit.any():
             nbytes = np.where(culprit, nbytes * 2, nbytes)
             times[culprit.any(axis=1), :, :, :, :, steps // 2 :] = np.inf
         cps = _cps(nbytes // n, req.channels, self.hw.chunk_bytes)
-        return self._block(req, times, nbytes, cps, RING, posts=posts)
+        return self._block(req, times, nbytes, cps, RING, posts=posts, holds=holds)
 
     def _ring_steps(
         self,
@@ -135,9 +139,10 @@ class Physics:
         launch: tuple[np.ndarray, np.ndarray],
         link: tuple[np.ndarray, ...],
         steps: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Send-side intervals ``(G, n, 3, 2, steps)`` and the time the
-        receiver posted the buffer of each step ``(G, n, steps)``.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Send-side intervals ``(G, n, 3, 2, steps)``, the time the receiver
+        posted the buffer of each step ``(G, n, steps)`` and the outages
+        inside the intervals (``OpBlock.holds``).
 
         ``launch`` holds each rank's kernel start and its receiver's. The
         fluid model has no credits: the receiver posts every buffer when its
@@ -154,6 +159,7 @@ class Physics:
             fx.proc_dead[dst],
         )
         out = np.empty((*src.shape, 3, 2, steps))
+        holds = np.empty_like(out)
         jit = self._jitter((2, steps, *src.shape))
         ge, te, de = start, np.full(src.shape, -np.inf), np.full(src.shape, -np.inf)
         for k in range(steps):
@@ -165,7 +171,7 @@ class Physics:
                 tb = np.maximum(tb, peer_start + hw.proxy_latency_s)
             te = np.maximum(ge + hw.proxy_latency_s, tb + wire_s * jit[1, k])
             tb0 = tb
-            tb, te = fx.pause(tb, te, src, dst, net)
+            tb, te, hb, he = fx.pause(tb, te, src, dst, net)
             # The GPU fills buffer slots as fast as a healthy link drains them,
             # at most `lead` of a step ahead of the transmit, and starts a step
             # once the previous one left the buffer (outages not counted).
@@ -179,15 +185,9 @@ class Physics:
             db = np.maximum(tb + lat, de)
             de = np.maximum(te + lat, db)
             de = np.where(de > pdead_dst, np.inf, de)
-            out[..., k] = np.stack(
-                [
-                    np.stack([gb, ge], -1),
-                    np.stack([tb, te], -1),
-                    np.stack([db, de], -1),
-                ],
-                -2,
-            )
-        return out, np.repeat(peer_start[..., None], steps, -1)
+            out[..., k] = _intervals((gb, ge), (tb, te), (db, de))
+            holds[..., k] = _intervals(_NONE, (hb, he), (hb + lat, he + lat))
+        return out, np.repeat(peer_start[..., None], steps, -1), holds
 
     def _slot_steps(
         self,
@@ -196,8 +196,9 @@ class Physics:
         launch: tuple[np.ndarray, np.ndarray],
         link: tuple[np.ndarray, ...],
         steps: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Send-side intervals under slot (credit) semantics, and the grants.
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Send-side intervals under slot (credit) semantics, the grants and
+        the outages inside the intervals.
 
         A step is staged (G), posted (T) once it is staged and the receiver
         granted its slot: the receiver launched (step 0) or started its step
@@ -214,6 +215,7 @@ class Physics:
         gdead = fx.gpu_dead[src]
         pdead_src, pdead_dst = fx.proc_dead[src], fx.proc_dead[dst]
         out = np.empty((*src.shape, 3, 2, steps))
+        holds = np.empty_like(out)
         jit = self._jitter((2, steps, *src.shape))
         ge, te, de = start, np.full(src.shape, -np.inf), np.full(src.shape, -np.inf)
         we = np.full(src.shape, -np.inf)
@@ -229,25 +231,19 @@ class Physics:
             tb = np.maximum(np.maximum(gb, grant) + hw.proxy_latency_s, te)
             te = np.maximum(ge, tb) + hw.proxy_latency_s
             # A stalled proxy posts nothing; a NIC outage stops the wire.
-            tb, te = fx.pause(tb, te, src, dst, net, proxy=True)
+            tb, te, hb, he = fx.pause(tb, te, src, dst, net, proxy=True)
             wb = np.maximum(tb, we)
             we = np.maximum(te, wb + wire_s * jit[1, k])
-            wb, we = fx.pause(wb, we, src, dst, net, proxy=False)
+            wb, we, wh, wl = fx.pause(wb, we, src, dst, net, proxy=False)
             te = np.where(te > pdead_src, np.inf, te)
             we = np.where(we > pdead_src, np.inf, we)
             db = np.maximum(wb + lat, de)
             de = np.maximum(we + lat, db)
             de = np.where(de > pdead_dst, np.inf, de)
             gb_prev = gb
-            out[..., k] = np.stack(
-                [
-                    np.stack([gb, ge], -1),
-                    np.stack([tb, te], -1),
-                    np.stack([db, de], -1),
-                ],
-                -2,
-            )
-        return out, posted
+            out[..., k] = _intervals((gb, ge), (tb, te), (db, de))
+            holds[..., k] = _intervals(_NONE, (hb, he), (wh + lat, wl + lat))
+        return out, posted, holds
 
     def p2p(self, req: OpRequest) -> OpBlock:
         """Point-to-point send (column 0) to recv (column 1), one step."""
@@ -259,10 +255,14 @@ class Physics:
         start_r = self._launch(dst, req.issue[:, 1], req.gpu_free[:, 1])
         link = tuple(x[:, None] for x in link)
         launch = (start_s[:, None], start_r[:, None])
-        send, posted = self._ring_steps(src[:, None], dst[:, None], launch, link, 1)
-        send = send[:, 0]
+        send, posted, held = self._ring_steps(
+            src[:, None], dst[:, None], launch, link, 1
+        )
+        send, held = send[:, 0], held[:, 0]
         recv = send.copy()
         recv[:, 0], recv[:, 1] = send[:, 1], send[:, 2]
+        held_recv = np.full_like(held, np.nan)
+        held_recv[:, 0], held_recv[:, 1] = held[:, 1], held[:, 2]
         arrived = send[:, 2, 1, 0]
         consumed = arrived + copy_s * self._jitter(arrived.shape)
         recv[:, 2, 0, 0] = arrived
@@ -270,10 +270,13 @@ class Physics:
         times = np.zeros((len(src), 2, 2, 3, 2, 1))
         times[:, 0, SEND], times[:, 1, RECV] = send, recv
         times[:, 0, RECV], times[:, 1, SEND] = send, recv
+        holds = np.full_like(times, np.nan)
+        holds[:, 0, SEND], holds[:, 1, RECV] = held, held_recv
+        holds[:, 0, RECV], holds[:, 1, SEND] = held, held_recv
         posts = times[..., 0, :, :].copy()
         posts[:, 1, RECV] = np.repeat(posted[:, 0, None, :], 2, -2)
         cps = _cps(nbytes, req.channels, self.hw.chunk_bytes)
-        return self._block(req, times, nbytes, cps, P2P, posts=posts)
+        return self._block(req, times, nbytes, cps, P2P, posts=posts, holds=holds)
 
     def _block(
         self,
@@ -284,6 +287,7 @@ class Physics:
         algo: int,
         *,
         posts: np.ndarray,
+        holds: np.ndarray,
     ) -> OpBlock:
         """The op's rows; ``posts`` holds each profile's G as reported (a
         receive flow's: the buffers its receiver posted), ``times`` the data's
@@ -329,7 +333,23 @@ class Physics:
             host=self.layout.host_of[rank].astype(np.int32),
             proc_dead=self.fx.proc_dead[rank],
             posted=posts.reshape(rows, 2, 2, -1),
+            holds=holds.reshape(rows, 2, 3, 2, -1),
         )
+
+
+_NONE = (np.nan, np.nan)
+"""No outage inside a counter's interval (``OpBlock.holds``)."""
+
+
+def _intervals(*pairs: tuple[Any, Any]) -> np.ndarray:
+    """``(..., 3, 2)``: ``[b, e]`` of G, T and D, each the shape of T's."""
+    shape = np.shape(pairs[1][0])
+    ends = [
+        np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
+        for p in pairs
+        for x in p
+    ]
+    return np.stack([np.stack(ends[i : i + 2], -1) for i in (0, 2, 4)], -2)
 
 
 def _cps(step_bytes: np.ndarray, channels: int, chunk: int) -> np.ndarray:

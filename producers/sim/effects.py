@@ -221,16 +221,19 @@ class Effects:
         net: np.ndarray,
         *,
         proxy: bool | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, ...]:
         """Stretch transmit intervals ``[tb, te]`` over NIC and proxy outages
         (``proxy``: True, proxy stalls only; False, NIC outages only; None,
-        both).
+        both); return them and the outage ``[hb, he]`` inside each stretched
+        interval, where nothing moves (NaN: none; the last of several).
 
         A window with ``t1 = inf`` (a NIC that never comes back) makes every
         interval it touches end at ``inf``.
         """
+        hb = np.full(np.shape(tb), np.nan)
+        he = hb.copy()
         if not self.pauses:
-            return tb, te
+            return tb, te, hb, he
         lo, hi = float(tb.min()), float(te.max())
         for w in self.pauses:
             if w.t0_s >= hi or w.t1_s <= lo or proxy not in (None, w.flag):
@@ -247,7 +250,10 @@ class Effects:
             shift = np.where(inside, w.t1_s - tb, w.t1_s - w.t0_s)
             tb = np.where(hit & inside, w.t1_s, tb)
             te = np.where(hit, te + shift, te)
-        return tb, te
+            within = hit & ~inside
+            hb = np.where(within, w.t0_s, hb)
+            he = np.where(within, w.t1_s, he)
+        return tb, te, hb, he
 
     def take_stall(self, ranks: np.ndarray, issue: np.ndarray) -> np.ndarray:
         """Delay the first op a stalled rank issues at or after the stall;

@@ -11,6 +11,12 @@ of a ring row move alike), or the row's ``profile`` (a tree row's flows to
 parent and children each move their own way). Times are
 float seconds since the simulation start on the reference clock.
 
+An outage inside a step (a stalled proxy, a NIC down: ``Effects.pause``)
+stretches its transmitted and done intervals; ``holds[row, fprof]`` keeps,
+per counter and step, the part ``[hb, he]`` of ``[b, e]`` where the counter
+stands still (NaN: none), so the chunks move over the rest of the interval
+only (a stalled proxy posts nothing, it does not post slowly).
+
 A receive flow's gpu_ready interval in ``times`` is the data's (the sender's
 transmit: the rank's first progress, ``start``); it *reports* G as the
 buffers its receiver posted, ``posted[row, fprof]`` (``schemas/ring.md``),
@@ -23,6 +29,7 @@ and ``total >= gpu_ready >= transmitted >= done`` holds by construction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +60,7 @@ class OpBlock:
     proc_dead: np.ndarray
     profile: np.ndarray | None = None
     posted: np.ndarray | None = None
+    holds: np.ndarray | None = None
     fprof: np.ndarray = field(init=False)
     first: np.ndarray = field(init=False)
     last: np.ndarray = field(init=False)
@@ -102,10 +110,14 @@ class OpBlock:
         delta = self.fdelta[rows]
         x = (t[:, None] - delta)[:, :, None, None]
         cps = self.fcps[rows][:, :, None, None]
+        hb = he = None
+        if self.holds is not None:
+            hf = self.holds[rows[:, None], self.fprof[rows]]
+            hb, he = hf[..., 0, :], hf[..., 1, :]
+        frac, reach_at = _progress(x, b, e, hb, he)
         with np.errstate(invalid="ignore", divide="ignore"):
-            frac = np.where(x >= e, 1.0, np.where(x > b, (x - b) / (e - b), 0.0))
             chunks = np.floor(frac * cps)
-            reach = np.where(frac >= 1.0, e, b + chunks / cps * (e - b))
+            reach = np.where(frac >= 1.0, e, reach_at(chunks / cps))
         reach = np.where(chunks > 0, reach, -np.inf)
         value = chunks.sum(axis=-1).astype(np.int32)
         if self.posted is not None:
@@ -134,3 +146,36 @@ class OpBlock:
         value[..., DONE] = np.minimum(value[..., DONE], value[..., TRANSMITTED])
         last = np.maximum(reach.max(axis=(-1, -2)), posted_last)
         return value, last + delta
+
+
+def _progress(
+    x: np.ndarray,
+    b: np.ndarray,
+    e: np.ndarray,
+    hb: np.ndarray | None,
+    he: np.ndarray | None,
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """Share of ``[b, e]`` done at ``x``, the counter standing still over
+    ``[hb, he]`` (NaN: moving throughout), and the inverse: when a share was
+    reached."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if hb is None or he is None:
+            frac = np.where(x >= e, 1.0, np.where(x > b, (x - b) / (e - b), 0.0))
+            return frac, lambda share: b + share * (e - b)
+        lo = np.where(np.isnan(hb), b, np.clip(hb, b, e))
+        hi = np.where(np.isnan(he), b, np.clip(he, lo, e))
+        held = hi - lo
+        xc = np.clip(x, b, e)
+        moving = (xc - b) - np.clip(np.minimum(xc, hi) - lo, 0.0, None)
+        span = (e - b) - held
+        frac = np.where(
+            x >= e, 1.0, np.where(x > b, np.where(span > 0, moving / span, 0.0), 0.0)
+        )
+
+    def reached(share: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            at = b + share * span
+            out: np.ndarray = np.where(at > lo, at + held, at)
+        return out
+
+    return frac, reached

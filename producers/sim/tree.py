@@ -176,7 +176,7 @@ class TreeAllreduce:
         ge = np.where(ge > fx.gpu_dead[src], np.inf, ge)
         tb = np.maximum(np.maximum(gb, credit), e.te) + hw.proxy_latency_s
         te = np.maximum(ge + hw.proxy_latency_s, tb + share * wire_s * jit[1])
-        tb, te = fx.pause(tb, te, src, dst, net)
+        tb, te, _, _ = fx.pause(tb, te, src, dst, net)
         te = np.where(te > fx.proc_dead[src], np.inf, te)
         db = np.maximum(tb + lat, e.de)
         de = np.maximum(te + lat, db)

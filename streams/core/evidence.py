@@ -112,6 +112,10 @@ class Rule(StrEnum):
     # Mismatch.
     MISMATCH_MINORITY = auto()
     """The rank's op signature differs from the majority's at one op."""
+    # Across suspects.
+    EXPLAINED_AWAY = auto()
+    """Flow gaps another suspect's direct evidence explains (its port went
+    down, its own compute slowed): capped below that suspect."""
 
 
 class Subject(StrEnum):

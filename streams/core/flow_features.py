@@ -41,7 +41,10 @@ class FlowFeatures:
     :func:`sent_and_posted`): data that
     waits on the receiver's credit (a slot it has not freed, or its kernel
     not started), not on the sender's transport. ``td_ops`` holds every
-    op's T-D (the worst is ``td_chunks``).
+    op's T-D (the worst is ``td_chunks``). ``drain_steps`` and
+    ``stall_steps`` count the steps between consecutive snapshots of one op
+    after which data the receiver had posted buffers for waited (G-T net of
+    its credit), T having moved or stood still over the step.
     """
 
     rank: int
@@ -59,6 +62,8 @@ class FlowFeatures:
     freeze_start_ns: int = -1
     wait_chunks: float = 0.0
     td_ops: tuple[float, ...] = field(default=(), compare=False)
+    drain_steps: int = 0
+    stall_steps: int = 0
 
 
 def flow_features(
@@ -110,12 +115,8 @@ def flow_features(
         key = np.where(away, -1, np.arange(n))
         pick = _key_ids(first["rank"], first["comm"], key)
         group, ngroup = pick[flow], int(pick.max()) + 1
-    gt = _worst_op(
-        send[run],
-        group[run],
-        ngroup,
-        np.maximum(ready - sent - wait, 0.0)[run],
-    )
+    gap = np.maximum(ready - sent - wait, 0.0)
+    gt = _worst_op(send[run], group[run], ngroup, gap[run])
     td, td_ops = _every_op(
         send[run], group[run], ngroup, _gap(send, "transmitted", "done")[run]
     )
@@ -124,6 +125,7 @@ def flow_features(
         td_ops = [td_ops[i] for i in pick.tolist()]
     waits = _worst_op(send[run], flow[run], n, wait[run])
     eps, longest, at = _freezes(send, flow, n)
+    drain, stall = _drain_and_stall(send[run], flow[run], n, gap[run])
     seq_at = np.where(at >= 0, send["seq"][at], -1)
     tick_at = np.where(at >= 0, send["tick_ns"][at], -1)
     return [
@@ -144,6 +146,8 @@ def flow_features(
             tick_at.tolist(),
             waits.tolist(),
             td_ops,
+            drain.tolist(),
+            stall.tolist(),
             strict=True,
         )
     ]
@@ -300,19 +304,8 @@ def _freezes(
     longest = np.zeros(n, dtype=np.int64)
     at = np.full(n, -1, dtype=np.int64)
     t, g = send["transmitted"], send["gpu_ready"]
-    stuck = (
-        (flow[1:] == flow[:-1])
-        & (send["seq"][1:] == send["seq"][:-1])
-        & (send["comm"][1:] == send["comm"][:-1])
-        & (t[1:] == t[:-1])
-        & (g[1:] > t[1:])
-    )
-    if not stuck.any():
-        return eps, longest, at
-    edge = np.diff(np.concatenate([[0], stuck.astype(np.int8), [0]]))
-    first, last = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
-    ticks = send["tick_ns"]
-    dur = ticks[last] - ticks[first]  # step i joins snapshots i and i + 1
+    stuck = _same_op_steps(send, flow) & (t[1:] == t[:-1]) & (g[1:] > t[1:])
+    first, dur = _step_runs(stuck, send["tick_ns"])
     keep = dur >= FREEZE_NS
     first, dur = first[keep], dur[keep]
     owner = flow[first]
@@ -323,3 +316,37 @@ def _freezes(
     longest[owner[lead]] = dur[lead]
     at[owner[lead]] = first[lead]
     return eps, longest, at
+
+
+def _same_op_steps(send: np.ndarray, flow: np.ndarray) -> np.ndarray:
+    """Per step ``i`` (joining snapshots ``i`` and ``i + 1``): both are of
+    one flow and one op."""
+    same: np.ndarray = (
+        (flow[1:] == flow[:-1])
+        & (send["seq"][1:] == send["seq"][:-1])
+        & (send["comm"][1:] == send["comm"][:-1])
+    )
+    return same
+
+
+def _step_runs(steps: np.ndarray, ticks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First step and duration (ns) of every run of consecutive ``steps``; a
+    run of steps ``a .. b - 1`` lasts ``ticks[b] - ticks[a]``."""
+    edge = np.diff(np.concatenate([[0], steps.astype(np.int8), [0]]))
+    first, last = np.flatnonzero(edge == 1), np.flatnonzero(edge == -1)
+    return first, ticks[last] - ticks[first]
+
+
+def _drain_and_stall(
+    send: np.ndarray, flow: np.ndarray, n: int, gap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per flow: steps after which ``gap`` (posted data not sent) was left,
+    T having moved over the step (a transport draining) or not (stopped)."""
+    t = send["transmitted"]
+    held = _same_op_steps(send, flow) & (gap[1:] > 0)
+    moved = t[1:] > t[:-1]
+    owner = flow[1:]
+    return (
+        np.bincount(owner[held & moved], minlength=n),
+        np.bincount(owner[held & ~moved], minlength=n),
+    )

@@ -12,6 +12,8 @@ to the part the flagged flows share.
 | ... its flows' T froze in 1-2 long (>= 0.3 s) episodes         | proxy     |
 | ... all sent by one GPU, its NIC mate sending normally         | proxy     |
 | G-T only on flows into one GPU, from >= 2 NICs                 | pcie      |
+| G-T from one GPU to one GPU: T seen stopping                   | (sender)  |
+| ... T seen draining, never stopping, sender's NIC mate clean   | pcie (rx) |
 
 Gaps are judged in chunks against the role's pooled healthy baseline
 (learned by the ``slow_td`` detector); each flagged flow counts at both
@@ -21,7 +23,7 @@ ends. ``streams/core/README.md`` (slowdown) explains each row.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from scipy.stats import binom
@@ -448,6 +450,8 @@ def _score_backlog(
         (k for k, (n, _, _) in nics.items() if n == most),
         key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
     )
+    tied = len(tops) > 1
+    ends = _pair_ends(ctx, backlog, flows, tops) if tied else None
     for nic in tops[:2]:
         on = [
             (f, ex)
@@ -457,8 +461,9 @@ def _score_backlog(
         out_of = [(f, ex) for f, ex in on if topo.nic_key(f.rank) == nic]
         into = {f.peer for f, _ in on if topo.nic_key(f.rank) != nic}
         senders = {topo.nic_key(f.rank) for f, _ in on}
-        tied = len(tops) > 1
         if out_of:
+            if ends is not None and not ends.send:
+                continue
             alone = _one_gpu_behind(ctx, out_of, backlog, flows)
             rule = Rule.PROXY_SEND_BACKLOG if alone else Rule.NIC_SEND_BACKLOG
             _blame_flow(
@@ -480,8 +485,12 @@ def _score_backlog(
                 ),
             )
         elif len(into) == 1:
+            if ends is not None and not ends.receive:
+                continue
             rank = next(iter(into))
-            share = AMBIGUOUS_END if tied or len(senders) < 2 else 1.0
+            # A pair's receiving end alone, its sender cleared, has no rival.
+            sure = ends is not None and not ends.send
+            share = 1.0 if sure or not (tied or len(senders) < 2) else AMBIGUOUS_END
             suspects.setdefault(rank, Suspect(rank)).add(
                 Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
@@ -503,3 +512,43 @@ def _score_backlog(
                 f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
                 "not take data in",
             )
+
+
+class PairEnds(NamedTuple):
+    """Which ends of a one-GPU-to-one-GPU backlog its flows leave possible."""
+
+    send: bool
+    receive: bool
+
+
+def _pair_ends(
+    ctx: DetectContext,
+    backlog: list[LinkFlag],
+    flows: list[FlowFeatures],
+    tops: list[tuple[str, str]],
+) -> PairEnds | None:
+    """For a backlog on the tied NICs ``tops`` sent by one GPU to one GPU,
+    the ends whose failure its flows can show; None for any other backlog.
+
+    T standing still while data the receiver had posted buffers for waits
+    is the transport stopping (a stalled proxy thread, a link down): a slow
+    receive path drains steadily, so a stop leaves the sender only. A drain
+    seen moving, never stopping, from a GPU whose NIC mate sends normally
+    clears the shared NIC, and a send proxy holds data back only by not
+    running (it posts what is staged whenever it runs): the receiver's path
+    is left. Otherwise (no step seen yet) both.
+    """
+    topo = ctx.topo
+    on = [
+        (f, ex)
+        for f, ex in backlog
+        if {topo.nic_key(f.rank), topo.nic_key(f.peer)} & set(tops[:2])
+    ]
+    if len({(f.rank, f.peer) for f, _ in on}) != 1:
+        return None
+    if any(f.episodes or f.stall_steps for f, _ in on):
+        return PairEnds(send=True, receive=False)
+    if not any(f.drain_steps for f, _ in on):
+        return PairEnds(send=True, receive=True)
+    alone = _one_gpu_behind(ctx, on, backlog, flows)
+    return PairEnds(send=alone is None, receive=True)

@@ -24,7 +24,7 @@ from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
 from mycroft.streams.core.detect import DetectContext, lost_ranks
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
-from mycroft.streams.core.rca_ports import score_port_events
+from mycroft.streams.core.rca_ports import nominate_far_ends, score_port_events
 from mycroft.streams.core.scoring import plus, unconsumed_score, weight
 from mycroft.streams.core.suspect import Suspect, rank_suspects
 from mycroft.streams.core.topology import JobTopology
@@ -298,8 +298,15 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
     # Table 4 "not started" (G = T = D = 0): the rank is in the op, its
     # peers moved data in it, yet none of its flows ever progressed: its own
     # GPU never ran the kernel (local cause), unlike a rank blocked upstream,
-    # which still moves its own step-0 data.
-    if len(mine) and not bool(moved_data(mine).any()) and n_local == 0:
+    # which still moves its own step-0 data. A rank that only receives has
+    # no data of its own (its proxy receives whether or not its kernel runs;
+    # a kernel that never ran leaves what arrived unconsumed, below).
+    if (
+        len(mine)
+        and not bool(moved_data(mine).any())
+        and n_local == 0
+        and bool((mine["dir"] == SEND).any())
+    ):
         keys = set(zip(mine["comm"].tolist(), mine["seq"].tolist(), strict=True))
         peers_moved = any(
             (c, q) in keys and did
@@ -515,6 +522,7 @@ def explain_hang(
         _score_unresolved(group, suspects, unstarted, blame)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     since = now_ns - ctx.cfg.history_ns if since_ns is None else since_ns
+    nominate_far_ends(ctx, suspects, flows, since)
     score_port_events(ctx, suspects, since)
     evidence.extend(_chain(g, start, suspects))
     return rank_suspects(ctx.topo, suspects, FaultKind.HANG), evidence

@@ -11,13 +11,16 @@ the second keep ``QUIET_SHARE`` of their data-path scores (rule
 ``PORT_STAYED_UP``): their stall is what a dead far end looks like from a
 healthy one (both constants in ``scoring.py``). Only ranks already
 suspected for a data-path component (nic, proxy, network, pcie: blamed from
-flow counters) are considered: a port event with flows that do not stall is
-not a cause.
+flow counters) are considered, and, in a hang, the far ends of their open
+cross-host flows (``nominate_far_ends``): a port event with flows that do
+not stall is not a cause.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from mycroft.schemas.vocab import Component
 from mycroft.streams.core.detect_ports import nic_ranks
@@ -108,3 +111,28 @@ def _what(ev: PortEvents) -> str:
         return "was seen down"
     times = f"went down {ev.downs} time{'s' if ev.downs > 1 else ''}"
     return times + (" and was seen down" if ev.seen_down else "")
+
+
+def nominate_far_ends(
+    ctx: DetectContext, suspects: dict[int, Suspect], flows: np.ndarray, since_ns: int
+) -> None:
+    """Make the suspects of a hang and the cross-host peers of their open
+    flows (``flows``: the latest flow rows) NIC candidates when their port
+    went down: a dead NIC stops a flow at either end, and under credits its
+    sender shows only T > D, which no rule blames on the sender's NIC; the
+    port, read at the failed end, is what tells the two ends apart."""
+    topo = ctx.topo
+    open_ = flows[
+        np.isin(flows["rank"], list(suspects)) & (flows["done"] < flows["total"])
+    ]
+    ends = set(suspects)
+    for rank, peer in zip(open_["rank"].tolist(), open_["peer"].tolist(), strict=True):
+        if topo.host_of(peer) != topo.host_of(rank):
+            ends.add(peer)
+    for rank in sorted(ends):
+        sus = suspects.get(rank)
+        if sus is not None and any(c in sus.scores for c in DATA_PATH):
+            continue
+        host, nic = topo.nic_key(rank)
+        if ctx.store.ports.events(host, nic, since_ns - PORT_LEAD_NS):
+            suspects.setdefault(rank, Suspect(rank)).consider(Component.NIC)

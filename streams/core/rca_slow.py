@@ -50,7 +50,7 @@ from mycroft.streams.core.scoring import (
     plus,
     timing_score,
 )
-from mycroft.streams.core.suspect import Suspect, rank_suspects
+from mycroft.streams.core.suspect import Suspect, explain_away, rank_suspects
 
 
 def _waited_on_transfers(
@@ -308,6 +308,7 @@ def explain_slowdown(
         usual = _late_medians(ctx, np.repeat(mem.comm, mem.size), mem.rank)
         weak |= score_holds(suspects, mem, usual, floor, ctx.cfg, early)
     weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
+    explain_away(suspects)
     for st in list(stats)[-3:]:
         evidence.append(
             Evidence(

@@ -130,7 +130,35 @@ WEIGHTS: dict[Rule, Weight] = {
     Rule.MISMATCH_MINORITY: Weight(
         Component.CONFIG, 0.95, _RANK, "confidence, split over the minority"
     ),
+    Rule.EXPLAINED_AWAY: Weight(
+        None, 0.5, _RANK, "x their flow scores: all symptoms at most this share"
+    ),
 }
+
+FLOW_RULES = frozenset(
+    {
+        Rule.LINK_TD_LAG,
+        Rule.NIC_TD_LAG,
+        Rule.PCIE_TD_LAG,
+        Rule.SWITCH_BACKLOG,
+        Rule.NIC_SEND_BACKLOG,
+        Rule.PROXY_SEND_BACKLOG,
+        Rule.PROXY_FREEZE,
+        Rule.NIC_RECEIVE_BACKLOG,
+        Rule.NIC_PCIE_BACKLOG,
+        Rule.PCIE_BACKLOG,
+    }
+)
+"""Slowdown rules read from flow gaps (G-T, T-D). Gaps propagate: whatever
+slows one part of a job whose ranks wait on each other backs up flows
+elsewhere (a slow consumer backs up its producers, a stalled link every
+flow queued behind it)."""
+
+DIRECT_RULES = frozenset({Rule.PORT_DOWN, Rule.PORT_FLAPPING, Rule.SLOW_COMPUTE})
+"""Slowdown rules measured at the part itself, which no fault elsewhere
+produces: a port that went down, a GPU computing longer between its ops
+than its on-time peers. A suspect with one explains the flow gaps of every
+suspect without one (``suspect.explain_away``)."""
 
 # Caps and shares.
 

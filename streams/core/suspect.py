@@ -14,6 +14,8 @@ from mycroft.schemas.records import Culprit
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.evidence import Observation, Rule
 from mycroft.streams.core.scoring import (
+    DIRECT_RULES,
+    FLOW_RULES,
     MAX_CONFIDENCE,
     MAX_CULPRITS,
     REASONS_SHOWN,
@@ -78,6 +80,16 @@ class Suspect:
         self.reasons.append(reason)
         self.observations.append(self._observe(rule, None, weight(rule), reason))
 
+    def shrink(
+        self, rule: Rule, comps: Sequence[Component], factor: float, reason: str
+    ) -> None:
+        """Multiply the scores of ``comps`` by ``factor``."""
+        for c in comps:
+            if c in self.scores:
+                self.scores[c] *= factor
+        self.reasons.append(reason)
+        self.observations.append(self._observe(rule, None, factor, reason))
+
     def take(self, other: Suspect, comps: Sequence[Component]) -> None:
         """Take ``other``'s scores of ``comps`` and the observations behind them
         (and its first reason): the two ranks are one part."""
@@ -110,6 +122,47 @@ class Suspect:
     ) -> Observation:
         subject = WEIGHTS[rule].subject
         return Observation(rule, subject, self.rank, comp, score, reason, flow)
+
+
+def explain_away(suspects: dict[int, Suspect]) -> None:
+    """Shrink the flow-gap scores of suspects that direct evidence explains.
+
+    When some suspect holds direct evidence (``scoring.DIRECT_RULES``: its
+    port went down, its own compute slowed), flow gaps elsewhere are most
+    likely its consequence: the components other suspects scored from flow
+    rules only keep, together, at most ``EXPLAINED_AWAY``'s share of the best
+    such cause's score (each in proportion to its own). They stay named, as
+    symptoms, below their cause; without this a backlog spread over a whole
+    job scores by its flow count and outweighs the one measurement taken at
+    the faulty part.
+    """
+    causes = [s for s in suspects.values() if s.scores and _ruled(s, DIRECT_RULES)]
+    if not causes:
+        return
+    top = max(causes, key=lambda s: (s.best[1], -s.rank))
+    explained: dict[int, list[Component]] = {}
+    for sus in suspects.values():
+        if sus in causes:
+            continue
+        flow = {o.component for o in sus.observations if o.rule in FLOW_RULES}
+        other = {o.component for o in sus.observations if o.rule not in FLOW_RULES}
+        comps = [c for c in flow - other if c is not None and c in sus.scores]
+        if comps:
+            explained[sus.rank] = comps
+    total = sum(suspects[r].scores[c] for r, cs in explained.items() for c in cs)
+    most = weight(Rule.EXPLAINED_AWAY) * top.best[1]
+    if total <= most:
+        return
+    why = (
+        f"flow gaps explained by rank {top.rank}'s {top.best[0].value} "
+        "(measured there: a port down or its own compute)"
+    )
+    for r, comps in explained.items():
+        suspects[r].shrink(Rule.EXPLAINED_AWAY, comps, most / total, why)
+
+
+def _ruled(sus: Suspect, rules: frozenset[Rule]) -> bool:
+    return any(o.rule in rules for o in sus.observations)
 
 
 def rank_suspects(

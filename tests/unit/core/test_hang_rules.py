@@ -164,3 +164,37 @@ def test_a_frozen_send_the_receiver_posted_no_buffer_for_waits_on_the_receiver()
     starved["gpu_ready"][into3] = starved["transmitted"][into3]  # no credit
     rules = score(starved)
     assert "send_to_unready" in rules and "frozen_ready_not_sent" not in rules
+
+
+def _p2p_posted_not_done() -> np.ndarray:
+    """Rank 0 sends to rank 1 over a dead link under credits: every chunk
+    posted to the transport (T), none done; rank 1 posted its buffers (G)
+    and received nothing. Rank 1 only receives in the op."""
+    flows = np.zeros(2, dtype=FLAT_FLOW)
+    flows["comm"], flows["seq"], flows["channel"], flows["total"] = DP, 9, 0, 8
+    flows["rank"], flows["peer"], flows["dir"] = [0, 1], [1, 0], [SEND, RECV]
+    flows["gpu_ready"], flows["transmitted"] = [8, 8], [8, 0]
+    flows["tick_ns"] = flows["last_ns"] = 1_000_000_000
+    return flows
+
+
+def test_a_receiver_whose_data_never_arrived_is_not_a_kernel_that_never_ran():
+    """A rank that only receives has no data of its own to move: G = T = D
+    = 0 on its flows is what a dead sender or wire looks like from it."""
+    ctx = _ctx()
+    flows = _p2p_posted_not_done()
+    gt = frozen_ready_not_sent(flows, 1_000_000_000)
+    suspects: dict[int, Suspect] = {}
+
+    def blame(r: int) -> Suspect:
+        return suspects.setdefault(r, Suspect(r))
+
+    present = {(r, DP, 9) for r in range(2)}
+    _score_in_op(blame(1), flows, {0, 1}, gt, present, blame, ctx.topo)
+    assert "never_moved" not in suspects[1].rules
+    # The same rank with a send of its own that never moved: not started.
+    mine = flows.copy()
+    mine["gpu_ready"][1], mine["dir"][1] = 0, SEND
+    suspects.clear()
+    _score_in_op(blame(1), mine, {0, 1}, gt, present, blame, ctx.topo)
+    assert "never_moved" in suspects[1].rules

@@ -9,10 +9,14 @@
   one sending NIC, one receiving GPU (PCIe), or many NICs (the network);
 * a backlog on one GPU's sends while its NIC mate sends normally is that
   GPU's proxy (the NIC is shared, the proxy is not);
-* one NIC pair is ambiguous: both ends named, neither certain.
+* one NIC pair is ambiguous: both ends named, neither certain, until the
+  transport is seen stopping (the sender) or draining steadily past a clean
+  NIC mate (the receiver's PCIe).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -295,6 +299,58 @@ def test_backlog_on_one_gpu_of_a_shared_nic_is_its_proxy():
     assert (rank, comp) == (4, Component.PROXY)
     assert suspects[4].flow == (8, 0)
     assert suspects[8].best[0] is Component.PCIE  # the far end, weaker
+
+
+def _pair(steps: dict[str, int]) -> list[FlowFeatures]:
+    """Healthy flows plus rank 4 -> 8 backing up, ``steps`` set on them."""
+    return [
+        replace(f, **steps) if (f.rank, f.peer) == (4, 8) else f
+        for f in _with(_healthy_flows(), {(4, 8): (4.0, 0.0)})
+    ]
+
+
+def test_a_pair_whose_transport_stopped_is_the_senders():
+    """T standing still with posted data waiting: the proxy stalled (or the
+    link went down); a slow receive path drains, so it is not named."""
+    ctx = _ctx()
+    _warm(ctx)
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, _pair({"drain_steps": 3, "stall_steps": 2}))
+    assert _best(suspects)[:2] == (4, Component.PROXY)
+    assert 8 not in suspects
+
+
+def test_a_pair_draining_steadily_past_a_clean_nic_mate_is_the_receivers():
+    """Rank 4's NIC mate sends normally (not the NIC) and T kept moving (a
+    proxy holds data back only by not running): the receiver's PCIe."""
+    ctx = _ctx()
+    _warm(ctx)
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, _pair({"drain_steps": 3}))
+    rank, comp, conf = _best(suspects)
+    assert (rank, comp) == (8, Component.PCIE)
+    assert 4 not in suspects and conf == 1.0
+
+
+def test_a_pair_seen_in_one_snapshot_names_both_ends():
+    ctx = _ctx()
+    _warm(ctx)
+    suspects: dict[int, Suspect] = {}
+    score_links(ctx, suspects, _pair({}))
+    assert _best(suspects)[:2] == (4, Component.PROXY)
+    assert suspects[8].best[0] is Component.PCIE
+
+
+def test_steps_of_a_backlog_count_drains_and_stalls():
+    rows = np.zeros(8, dtype=FLAT_FLOW)
+    rows["tick_ns"] = np.arange(8) * 100 * MS
+    rows["rank"], rows["peer"], rows["comm"], rows["dir"] = 4, 8, DP[0], SEND
+    rows["total"], rows["gpu_ready"] = 64, 30
+    rows["transmitted"] = [10, 12, 14, 14, 14, 20, 30, 30]
+    rows["done"] = rows["transmitted"]
+    (f,) = flow_features(rows)
+    # 10 -> 12 -> 14 drain, 14 -> 14 -> 14 stall, -> 20 drains, -> 30 none left.
+    assert (f.drain_steps, f.stall_steps) == (3, 2)
 
 
 def test_flow_gap_is_the_worst_op_not_the_window_mean():

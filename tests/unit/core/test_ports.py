@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 
+import numpy as np
+
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
@@ -19,9 +21,10 @@ from mycroft.streams.core.detect_ports import detect_port_flaps
 from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.ports import PortEvents, PortLog
-from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_ports import (
     PORT_LEAD_NS,
+    nominate_far_ends,
     nominate_flapping_ports,
     score_port_events,
 )
@@ -108,6 +111,26 @@ def test_without_port_events_nothing_changes():
     assert {r: s.scores for r, s in suspects.items()} == {
         r: s.scores for r, s in _tie().items()
     }
+
+
+def test_a_hangs_far_end_behind_a_dead_port_is_a_nic_candidate():
+    """Under credits the sender over a dead link shows only T > D, which no
+    rule blames on its NIC: its port, down, makes it the candidate that
+    ``score_port_events`` names, over the receiver blamed from its flows."""
+    ctx = _ctx()
+    for t in (1, 2, 3):
+        ctx.store.ports.observe("h0", t * S, [_port(0, up=t < 3)])
+        ctx.store.ports.observe("h1", t * S, [_port(0)])
+    flows = np.zeros(2, dtype=FLAT_FLOW)
+    flows["rank"], flows["peer"], flows["total"] = [2, 2], [0, 1], 8
+    flows["done"] = [0, 8]  # the flow from rank 1 completed
+    suspects = {2: Suspect(2)}
+    suspects[2].add(Rule.SENT_NOT_DONE_INTO, "peer sends into it never done")
+    nominate_far_ends(ctx, suspects, flows, 2 * S)
+    assert set(suspects) == {0, 2}  # rank 1's NIC is the dead one's mate
+    score_port_events(ctx, suspects, 2 * S)
+    top = max(suspects.values(), key=lambda s: s.best[1])
+    assert (top.rank, top.best[0]) == (0, Component.NIC)
 
 
 def test_a_snapshot_without_port_events_restores():

@@ -18,7 +18,7 @@ from mycroft.streams.core.scoring import (
     unconsumed_score,
     weight,
 )
-from mycroft.streams.core.suspect import Suspect, rank_suspects
+from mycroft.streams.core.suspect import Suspect, explain_away, rank_suspects
 from mycroft.streams.core.topology import JobTopology
 
 README = Path(__file__).resolve().parents[3] / "streams" / "core" / "README.md"
@@ -111,3 +111,49 @@ def test_culprits_carry_their_rules_best_first():
     ]
     assert (out[1].peer, out[1].channel) == (1, 0)
     assert out[0].confidence == round(2.0 / 2.3, 3)
+
+
+def _spread_and_slow() -> dict[int, Suspect]:
+    """A backlog over many NICs named on rank 40, a slowed GPU on rank 26."""
+    spread, slow, late = Suspect(40), Suspect(26), Suspect(12)
+    spread.add(
+        Rule.SWITCH_BACKLOG,
+        "152 flows over 32 NICs",
+        score=link_score(Rule.SWITCH_BACKLOG, 152),
+    )
+    slow.add(Rule.SLOW_COMPUTE, "computes 3.5 ms where peers compute 2.1", score=2.5)
+    late.add(Rule.NIC_SEND_BACKLOG, "its sends", score=4.0)
+    late.add(Rule.LATE_ARRIVAL, "late", score=1.2)
+    return {40: spread, 26: slow, 12: late}
+
+
+def test_direct_evidence_explains_away_spread_flow_gaps():
+    suspects = _spread_and_slow()
+    explain_away(suspects)
+    top, *rest = rank_suspects(JobTopology(), suspects, FaultKind.SLOWDOWN)
+    assert (top.rank, top.component) == (26, Component.GPU)
+    # Symptoms together keep at most half the cause's score, still named.
+    assert suspects[40].scores[Component.NETWORK] + suspects[12].scores[
+        Component.NIC
+    ] == pytest.approx(weight(Rule.EXPLAINED_AWAY) * 2.5)
+    assert "explained_away" in suspects[40].rules
+    assert {c.rank for c in rest} == {40, 12}
+
+
+def test_a_component_with_its_own_timing_evidence_is_not_explained():
+    suspects = _spread_and_slow()
+    rx = suspects.setdefault(7, Suspect(7))
+    rx.add(Rule.NIC_PCIE_BACKLOG, "flows into it back up", score=6.0)
+    rx.add(Rule.READY_LAGS, "copies late", score=1.5)
+    explain_away(suspects)
+    assert rx.scores[Component.PCIE] == 7.5
+    assert "explained_away" not in rx.rules
+    assert "explained_away" in suspects[40].rules
+
+
+def test_without_direct_evidence_flow_gaps_stand():
+    suspects = _spread_and_slow()
+    del suspects[26]
+    before = {r: dict(s.scores) for r, s in suspects.items()}
+    explain_away(suspects)
+    assert {r: s.scores for r, s in suspects.items()} == before
