@@ -55,6 +55,10 @@ class Rule(StrEnum):
     """The rank holds input it did not consume (G=T=D frozen)."""
     MUTUAL_UNSTARTED = auto()
     """Ranks wait on each other in an op none of them moved a chunk in."""
+    NO_BUFFER_OFFERED = auto()
+    """Of ranks waiting on each other with nothing moved, the rank whose
+    same-host receive flows offered no buffer (a kernel-driven transport)
+    while the others' did."""
     FIRST_TO_STOP = auto()
     """The rank stopped progressing well before the next one."""
     ORDER_CYCLE = auto()

@@ -4,9 +4,10 @@ Nodes are global ranks. An edge ``u -> v`` says "u cannot progress until v
 does", with ``kind`` = ``control`` (v never issued the op u is in; per-rank op
 order across communicators carries this across groups) or ``data`` (u's data
 comes from v: ring prev, tree parent/child, PP send/recv, a recv flow, a
-send flow v never acknowledged, or data ready for v that the link never
-took). Lost ranks have no out-edges: their last
-state is stale, and they are where waiting ends.
+send flow v never acknowledged, data ready for v that the link never
+took, or a send to v that staged nothing while v offered no buffer). Lost
+ranks have no out-edges: their last state is stale, and they are where
+waiting ends.
 """
 
 from __future__ import annotations
@@ -103,7 +104,13 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
             "data ready but not sent: waits on the link to the peer",
         ),
     )
-    for mask, why in waiting:
+    # A send that staged nothing to a receiver that offered no buffer for
+    # it waits on the receiver (its part of the op never started).
+    unoffered = (
+        _unoffered_sends(flows, mine),
+        "staged nothing: the receiver offered no buffer",
+    )
+    for mask, why in (*waiting, unoffered):
         for f in mine[mask]:
             g.add_edge(
                 rank,
@@ -126,6 +133,28 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
                 channel=ch,
                 why="topological upstream (no flow rows)",
             )
+
+
+def _unoffered_sends(flows: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    """Mask of ``mine``'s send flows with nothing staged (G = 0) whose
+    receiver's flow of the same op and channel reports no buffer posted
+    (its G = 0); a receiver with no such row says nothing."""
+    out = np.zeros(len(mine), dtype=bool)
+    idle = np.flatnonzero((mine["dir"] == SEND) & (mine["gpu_ready"] == 0))
+    if not len(idle):
+        return out
+    recv = flows[flows["dir"] == RECV]
+    for i in idle.tolist():
+        f = mine[i]
+        theirs = recv[
+            (recv["rank"] == f["peer"])
+            & (recv["peer"] == f["rank"])
+            & (recv["comm"] == f["comm"])
+            & (recv["seq"] == f["seq"])
+            & (recv["channel"] == f["channel"])
+        ]
+        out[i] = bool(len(theirs)) and bool((theirs["gpu_ready"] == 0).all())
+    return out
 
 
 def terminal_groups(g: nx.DiGraph, start: set[int]) -> list[set[int]]:

@@ -357,25 +357,41 @@ def _score_in_op(  # noqa: PLR0913, PLR0917 - private helper of one module
             )
 
 
-def _score_unresolved(
+def _score_unresolved(  # noqa: PLR0913, PLR0917 - private helper of one module
     group: set[int],
     suspects: dict[int, Suspect],
     unstarted: set[int],
     blame: Callable[[int], Suspect],
+    flows: np.ndarray,
+    topo: JobTopology,
 ) -> None:
     """Ranks that wait on each other in an op none of them moved data in.
 
     A two-rank ring (tensor parallel 2) whose GPU hangs before the op leaves
     both ends at G = T = D = 0: each waits for the other's first chunk, and
     no peer outside the pair moved data to tell the dead kernel from the
-    live one. Rather than no answer, every such rank is named, equally (the
-    confidence says the counters cannot choose), as a kernel that never ran.
+    live one. On a same-host transport (NVLink, PCIe P2P, shared memory)
+    there is no proxy: a receive buffer is offered by the receiving kernel
+    itself, so a rank whose same-host receive flows offered buffers (G > 0)
+    runs the kernel and one whose did not does not (``NO_BUFFER_OFFERED``).
+    Without that, every such rank is named, equally (the confidence says
+    the counters cannot choose), as a kernel that never ran.
     """
     if len(group) < 2 or not group <= unstarted:
         return
     if any(
         suspects[r].best[1] > 0 for r in group if r in suspects and suspects[r].scores
     ):
+        return
+    live, dead = _buffers_offered(flows, group, topo)
+    if live and dead:
+        for r in sorted(dead):
+            blame(r).add(
+                Rule.NO_BUFFER_OFFERED,
+                f"rank {r} offered no receive buffer in the op while ranks "
+                f"{sorted(live)[:8]} of its host did (same-host transports are "
+                "driven by the kernels, not a proxy): its kernel never ran",
+            )
         return
     for r in sorted(group):
         blame(r).add(
@@ -384,6 +400,28 @@ def _score_unresolved(
             "them moved a chunk in (G=T=D=0 on every flow): one of their "
             "kernels never ran; the counters cannot tell which",
         )
+
+
+def _buffers_offered(
+    flows: np.ndarray, group: set[int], topo: JobTopology
+) -> tuple[set[int], set[int]]:
+    """Ranks of ``group`` whose open same-host receive flows offered
+    buffers (G > 0), and those whose offered none."""
+    live: set[int] = set()
+    dead: set[int] = set()
+    recv = flows[(flows["dir"] == RECV) & (flows["done"] < flows["total"])]
+    for r in sorted(group):
+        mine = recv[recv["rank"] == r]
+        near = [
+            int(g)
+            for g, p in zip(
+                mine["gpu_ready"].tolist(), mine["peer"].tolist(), strict=True
+            )
+            if topo.host_of(p) == topo.host_of(r)
+        ]
+        if near:
+            (live if max(near) > 0 else dead).add(r)
+    return live, dead
 
 
 def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
@@ -519,7 +557,7 @@ def explain_hang(
                 )
     for group in groups:
         _score_order_cycle(ctx, g, group, lost | (group - busy_ranks), blame)
-        _score_unresolved(group, suspects, unstarted, blame)
+        _score_unresolved(group, suspects, unstarted, blame, flows, ctx.topo)
     _first_stop_bonus({r: v for r, v in suspects.items() if r not in lost}, flows)
     since = now_ns - ctx.cfg.history_ns if since_ns is None else since_ns
     nominate_far_ends(ctx, suspects, flows, since)

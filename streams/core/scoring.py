@@ -81,6 +81,9 @@ WEIGHTS: dict[Rule, Weight] = {
         _G, 1.0, _RANK, "Table 4 GPU not ready; + 4 x surplus + held share"
     ),
     Rule.MUTUAL_UNSTARTED: Weight(_G, 1.0, _RANK, "named equally: a tie"),
+    Rule.NO_BUFFER_OFFERED: Weight(
+        _G, 2.0, _RANK, "its kernel offers same-host buffers: it never ran"
+    ),
     Rule.FIRST_TO_STOP: Weight(
         None, 0.75, _RANK, "on its leading component: the first stop is the cause"
     ),

@@ -25,6 +25,7 @@ from mycroft.streams.core.rca_hang import (
     _score_in_op,
     _score_lost,
     _score_order_cycle,
+    _score_unresolved,
     frozen_ready_not_sent,
 )
 from mycroft.streams.core.suspect import Suspect
@@ -198,3 +199,53 @@ def test_a_receiver_whose_data_never_arrived_is_not_a_kernel_that_never_ran():
     suspects.clear()
     _score_in_op(blame(1), mine, {0, 1}, gt, present, blame, ctx.topo)
     assert "never_moved" in suspects[1].rules
+
+
+def _tp2_pair(*, same_host: bool) -> tuple[np.ndarray, JobTopology]:
+    """Ranks 0 and 1 in a two-rank ring, nothing moved; rank 0's kernel
+    offered its receive buffers (G = 2 on its recv flow), rank 1's did not."""
+    topo = JobTopology()
+    for r in (0, 1):
+        topo.rank_host[r] = "h0" if same_host else f"h{r}"
+        topo.rank_nic[r] = "nic0"
+    flows = np.zeros(4, dtype=FLAT_FLOW)
+    flows["comm"], flows["seq"], flows["total"] = WORLD, 3, 2
+    flows["rank"], flows["peer"] = [0, 0, 1, 1], [1, 1, 0, 0]
+    flows["dir"] = [SEND, RECV, SEND, RECV]
+    flows["gpu_ready"] = [0, 2, 0, 0]
+    return flows, topo
+
+
+def test_a_same_host_pair_tells_the_dead_kernel_by_its_unoffered_buffers():
+    for same_host, named in ((True, {1}), (False, {0, 1})):
+        flows, topo = _tp2_pair(same_host=same_host)
+        suspects: dict[int, Suspect] = {}
+
+        def blame(r: int, suspects: dict[int, Suspect] = suspects) -> Suspect:
+            return suspects.setdefault(r, Suspect(r))
+
+        _score_unresolved({0, 1}, suspects, {0, 1}, blame, flows, topo)
+        assert set(suspects) == named
+        rule = "no_buffer_offered" if same_host else "mutual_unstarted"
+        assert all(s.rules == (rule,) for s in suspects.values())
+
+
+def test_a_send_that_staged_nothing_waits_on_a_receiver_that_offered_nothing():
+    """Rank 0's pipeline send to rank 1 staged nothing (G = 0) and rank 1
+    offered no buffer (its recv G = 0: its part never started, e.g. behind a
+    hung GPU): rank 0 waits on rank 1, which waits on rank 0's data."""
+    ctx = _ctx()
+    flows = np.zeros(2, dtype=FLAT_FLOW)
+    flows["comm"], flows["seq"], flows["total"] = DP, 4, 16
+    flows["rank"], flows["peer"], flows["dir"] = [0, 1], [1, 0], [SEND, RECV]
+    g = nx.DiGraph()
+    for r in (0, 1):
+        _data_edges(g, flows, ctx.topo, r, DP, 4)
+    assert g.edges[0, 1]["why"].startswith("staged nothing")
+    assert terminal_groups(g, {0}) == [{0, 1}]
+    # Buffers offered: the sender is where waiting ends.
+    flows["gpu_ready"][1] = 8
+    g = nx.DiGraph()
+    for r in (0, 1):
+        _data_edges(g, flows, ctx.topo, r, DP, 4)
+    assert not g.has_edge(0, 1) and terminal_groups(g, {1}) == [{0}]
