@@ -72,23 +72,21 @@ class Suspect:
         self.reasons.insert(0, reason)
         self.observations.insert(0, self._observe(rule, comp, weight(rule), reason))
 
-    def scale(self, rule: Rule, comps: Sequence[Component], reason: str) -> None:
-        """Multiply the scores of ``comps`` by ``rule``'s weight."""
-        for c in comps:
-            if c in self.scores:
-                self.scores[c] *= weight(rule)
-        self.reasons.append(reason)
-        self.observations.append(self._observe(rule, None, weight(rule), reason))
-
-    def shrink(
-        self, rule: Rule, comps: Sequence[Component], factor: float, reason: str
+    def scale(
+        self,
+        rule: Rule,
+        comps: Sequence[Component],
+        reason: str,
+        factor: float | None = None,
     ) -> None:
-        """Multiply the scores of ``comps`` by ``factor``."""
+        """Multiply the scores of ``comps`` by ``factor`` (default:
+        ``rule``'s weight)."""
+        by = weight(rule) if factor is None else factor
         for c in comps:
             if c in self.scores:
-                self.scores[c] *= factor
+                self.scores[c] *= by
         self.reasons.append(reason)
-        self.observations.append(self._observe(rule, None, factor, reason))
+        self.observations.append(self._observe(rule, None, by, reason))
 
     def take(self, other: Suspect, comps: Sequence[Component]) -> None:
         """Take ``other``'s scores of ``comps`` and the observations behind them
@@ -140,9 +138,10 @@ def explain_away(suspects: dict[int, Suspect]) -> None:
     if not causes:
         return
     top = max(causes, key=lambda s: (s.best[1], -s.rank))
+    cause_ranks = {s.rank for s in causes}
     explained: dict[int, list[Component]] = {}
     for sus in suspects.values():
-        if sus in causes:
+        if sus.rank in cause_ranks:
             continue
         flow = {o.component for o in sus.observations if o.rule in FLOW_RULES}
         other = {o.component for o in sus.observations if o.rule not in FLOW_RULES}
@@ -158,7 +157,7 @@ def explain_away(suspects: dict[int, Suspect]) -> None:
         "(measured there: a port down or its own compute)"
     )
     for r, comps in explained.items():
-        suspects[r].shrink(Rule.EXPLAINED_AWAY, comps, most / total, why)
+        suspects[r].scale(Rule.EXPLAINED_AWAY, comps, why, most / total)
 
 
 def _ruled(sus: Suspect, rules: frozenset[Rule]) -> bool:
