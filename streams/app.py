@@ -70,6 +70,7 @@ from mycroft.streams.faust_runtime import (
 )
 from mycroft.streams.faust_settings import StreamSettings, parse_settings
 from mycroft.streams.faust_split import build_split_app
+from mycroft.streams.faust_tables import awaited_table
 from mycroft.streams.faust_topics import ensure_topics, tick_topic
 from mycroft.streams.invalid_records import (
     WorkerMetrics,
@@ -276,14 +277,15 @@ class Pipeline:
         self.summary = app.topic(topics.comm_summary, **raw)
         self.deadletter = app.topic(topics.deadletter, **raw)
         big = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
-        self.snapshots = app.Table(
+        self.snapshots = awaited_table(
+            app,
             "engine-snapshots",
             partitions=n,
             key_type=str,
             value_type=bytes,
             extra_topic_configs=big,
         )
-        self.emitted = app.Table("emitted", partitions=n, key_type=str)
+        self.emitted = awaited_table(app, "emitted", partitions=n, key_type=str)
         self.chunks = app.Table(
             "rank-chunks", default=dict, partitions=n, key_type=str
         ).tumbling(RATE_STEP_S, expires=60.0)
@@ -592,6 +594,7 @@ class Pipeline:
         if sent:
             self.emitted[job] = state
             await self.app.producer.flush()
+            await self.emitted.written()
 
     async def send_finding(self, job: str, finding: Finding) -> None:
         """Encode and send one finding keyed and partitioned by job."""
@@ -651,6 +654,9 @@ class Pipeline:
             )
         if too_big:
             return
+        # Offsets become durable only after the snapshots holding their
+        # records are (faust_tables: Faust's flush may return before).
+        await self.snapshots.written()
         tps = {TP(name, partition) for name in self.source_names}
         await self.app.consumer.commit(tps)  # flushes the producer first
 
