@@ -19,6 +19,7 @@ from mycroft.streams.core.baseline_columns import (
 )
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.hold_back import HOLD_ROW
+from mycroft.streams.core.scoring import PEERS
 
 
 def _median(ordered: list[float]) -> float:
@@ -311,7 +312,7 @@ K = TypeVar("K")
 def outliers(values: dict[K, float], floor: float) -> dict[K, float]:
     """Keys whose value is above ``median + max(4 MAD, floor)`` of all the
     values (two at least), with their excess over the median."""
-    if len(values) < 2:
+    if len(values) < PEERS:
         return {}
     arr = np.array(list(values.values()))
     med = float(np.median(arr))

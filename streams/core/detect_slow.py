@@ -26,6 +26,7 @@ from mycroft.streams.core.detect import DetectContext, new_anomaly
 from mycroft.streams.core.flow_features import sent_and_posted
 from mycroft.streams.core.hold_back import Hold, advance_holds, op_holds
 from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
+from mycroft.streams.core.scoring import PEERS
 
 FlowGaps = dict[int, tuple[float, float]]
 """``rank -> (median G-T, median T-D)`` of one op's cross-host sends (chunks)."""
@@ -263,7 +264,7 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     topo = ctx.topo
     where = topo.rank_host.get
     hosts = {where(r, "") for r in stat.ranks.tolist()}
-    if len(hosts) < 2 or "" in hosts:
+    if len(hosts) < PEERS or "" in hosts:
         return {}
     cutoff = stat.first_issue_ns - GAP_CLOCK_SLACK_NS
     after = stat.last_end_ns + GAP_CLOCK_SLACK_NS

@@ -46,7 +46,7 @@ from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_ports import port_failed
 from mycroft.streams.core.rca_slow import explain_slowdown
 from mycroft.streams.core.record_gate import RecordGate
-from mycroft.streams.core.scoring import HOSTWIDE_CONF
+from mycroft.streams.core.scoring import HOSTWIDE_CONF, MIN_CULPRIT_CONFIDENCE, PEERS
 from mycroft.streams.core.topology import JobTopology
 
 Finding: TypeAlias = Anomaly | RootCause
@@ -358,7 +358,7 @@ class Analyzer:
             return hung
         since = min(a.onset_ns for a in anomalies)
         culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
-        return [c for c in culprits if c.confidence >= 0.2][:8], ev
+        return [c for c in culprits if c.confidence >= MIN_CULPRIT_CONFIDENCE][:8], ev
 
 
 def _next_period(period_ns: int, kind: FaultKind, *, again: bool) -> int:
@@ -419,7 +419,7 @@ def _runner_up_alone(culprits: list[Culprit], inc: Incident) -> bool:
     if inc.signature[:1] != (FaultKind.SLOWDOWN,) or not isinstance(published, tuple):
         return False
     tops = [p for p in published[:2] if isinstance(p, tuple)]
-    if len(tops) < 2:
+    if len(tops) < PEERS:
         return False
     (old_rank, *_), (up_rank, up_comp, *_) = tops
     new = culprits[0]

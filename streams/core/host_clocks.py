@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mycroft.streams.core.contract import Contract, Reason
+from mycroft.streams.core.scoring import MAJORITY, PEERS
 
 Problem = tuple[Reason, str]
 _REFRESH = 64
@@ -52,7 +53,7 @@ class HostClocks:
                 f"{(newest - t) / 1e9:.0f} s before the host's newest",
             )
         ref, hosts = self._reference()
-        if hosts >= 2 and host not in self.newest or hosts >= 3:
+        if hosts >= PEERS and host not in self.newest or hosts >= MAJORITY:
             if t > ref + c.max_skew_ns:
                 return (
                     Reason.CLOCK_SKEW,

@@ -39,7 +39,7 @@ from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import terminal_groups
-from mycroft.streams.core.scoring import weight
+from mycroft.streams.core.scoring import MIN_CULPRIT_CONFIDENCE, PEERS, weight
 from mycroft.streams.core.topology import JobTopology
 
 FOLLOW_SHARE = 0.5
@@ -157,7 +157,7 @@ def _order_deadlock(
                 ranks = classes.setdefault(where.comm, [])
                 if b.rank not in ranks:
                     ranks.append(b.rank)
-    if len(classes) < 2:
+    if len(classes) < PEERS:
         return []
     sizes = sorted(len(v) for v in classes.values())
     if sizes[0] == sizes[-1]:
@@ -390,7 +390,7 @@ class JobResolver(Analyzer):
                 Evidence(f"resolved with {done} of {groups} comm groups up to date")
             )
         if kind is FaultKind.SLOWDOWN:
-            culprits = [c for c in culprits if c.confidence >= 0.2]
+            culprits = [c for c in culprits if c.confidence >= MIN_CULPRIT_CONFIDENCE]
         return culprits, evidence
 
 

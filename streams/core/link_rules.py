@@ -35,7 +35,14 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import gap_floor, role_gap_baseline
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures
-from mycroft.streams.core.scoring import AMBIGUOUS_END, WEIGHTS, link_score
+from mycroft.streams.core.scoring import (
+    AMBIGUOUS_END,
+    MAJORITY,
+    PEERS,
+    PROXY_FREEZE_EPISODES,
+    WEIGHTS,
+    link_score,
+)
 from mycroft.streams.core.suspect import Suspect
 
 K = TypeVar("K")
@@ -156,7 +163,7 @@ def _blame_flow(  # noqa: PLR0913 - private helper of one module
     else:
         return
     nic = WEIGHTS[rule].component is Component.NIC
-    if nic and rank == flow.rank and 0 < flow.episodes <= 2:
+    if nic and rank == flow.rank and 0 < flow.episodes <= PROXY_FREEZE_EPISODES:
         rule = Rule.PROXY_FREEZE
         why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
     sus = suspects.setdefault(rank, Suspect(rank))
@@ -432,7 +439,7 @@ def _score_backlog(
     nics = _weights(backlog, topo.nic_key)
     most = max(n for n, _, _ in nics.values())
     senders_all = {topo.nic_key(f.rank) for f, _ in backlog}
-    if most < 0.5 * len(backlog) and len(senders_all) >= 3:
+    if most < 0.5 * len(backlog) and len(senders_all) >= MAJORITY:
         _blame_hosts(
             ctx,
             suspects,
@@ -490,7 +497,7 @@ def _score_backlog(
             rank = next(iter(into))
             # A pair's receiving end alone, its sender cleared, has no rival.
             sure = ends is not None and not ends.send
-            share = 1.0 if sure or not (tied or len(senders) < 2) else AMBIGUOUS_END
+            share = 1.0 if sure or not (tied or len(senders) < PEERS) else AMBIGUOUS_END
             suspects.setdefault(rank, Suspect(rank)).add(
                 Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "

@@ -25,7 +25,7 @@ from mycroft.streams.core.detect import DetectContext, lost_ranks
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
 from mycroft.streams.core.rca_ports import nominate_far_ends, score_port_events
-from mycroft.streams.core.scoring import plus, unconsumed_score, weight
+from mycroft.streams.core.scoring import PEERS, plus, unconsumed_score, weight
 from mycroft.streams.core.suspect import Suspect, rank_suspects
 from mycroft.streams.core.topology import JobTopology
 
@@ -377,7 +377,7 @@ def _score_unresolved(  # noqa: PLR0913, PLR0917 - private helper of one module
     Without that, every such rank is named, equally (the confidence says
     the counters cannot choose), as a kernel that never ran.
     """
-    if len(group) < 2 or not group <= unstarted:
+    if len(group) < PEERS or not group <= unstarted:
         return
     if any(
         suspects[r].best[1] > 0 for r in group if r in suspects and suspects[r].scores
@@ -431,7 +431,7 @@ def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
         mine = open_moved[open_moved["rank"] == r]
         if len(mine):
             stops[r] = int(mine["last_ns"].max())
-    if len(stops) < 2:
+    if len(stops) < PEERS:
         return
     order = sorted(stops, key=lambda r: stops[r])
     first, second = order[0], order[1]
@@ -460,13 +460,13 @@ def _score_order_cycle(
     application issued the collectives in another order on those ranks).
     A tie names nobody.
     """
-    if len(group) < 2 or group & exclude:
+    if len(group) < PEERS or group & exclude:
         return
     edges = [(u, v, d) for u, v, d in g.edges(data=True) if u in group and v in group]
     if not edges or any(d["kind"] != "control" for _, _, d in edges):
         return
     comms = {int(d["comm"]) for _, _, d in edges}
-    if len(comms) < 2:
+    if len(comms) < PEERS:
         return
     blocked: dict[int, frozenset[int]] = {}
     for u, _, d in edges:
@@ -474,7 +474,7 @@ def _score_order_cycle(
     classes: dict[frozenset[int], list[int]] = {}
     for r, cs in blocked.items():
         classes.setdefault(cs, []).append(r)
-    if len(classes) < 2:
+    if len(classes) < PEERS:
         return
     sizes = sorted(len(v) for v in classes.values())
     if sizes[-1] == sizes[-2]:

@@ -8,7 +8,7 @@ from mycroft.schemas.records import Anomaly, Culprit, Evidence
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
-from mycroft.streams.core.scoring import MISMATCH_PAIR_CONF, weight
+from mycroft.streams.core.scoring import MAJORITY, MISMATCH_PAIR_CONF, weight
 
 
 def explain_mismatch(
@@ -23,7 +23,9 @@ def explain_mismatch(
     for a in sorted(anomalies, key=lambda a: a.onset_ns):
         comm = a.comms[0] if a.comms else None
         size = len(ctx.topo.members(comm)) if comm is not None else 0
-        conf = weight(Rule.MISMATCH_MINORITY) if size > 2 else MISMATCH_PAIR_CONF
+        conf = (
+            weight(Rule.MISMATCH_MINORITY) if size >= MAJORITY else MISMATCH_PAIR_CONF
+        )
         evidence.append(Evidence(a.summary, comm=comm))
         for r in a.ranks:
             if any(c.rank == r for c in culprits):

@@ -45,7 +45,9 @@ from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_e
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 from mycroft.streams.core.scoring import (
     HOSTWIDE_CONF,
+    MAJORITY,
     MIN_TIMING_OPS,
+    PEERS,
     READY_BEHIND_BONUS,
     plus,
     timing_score,
@@ -374,7 +376,7 @@ def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
         mates = [m for m in ctx.topo.ranks_on_nic(r) if m in suspects and m not in done]
         done.update(mates)
         with_link = [m for m in mates if any(c in suspects[m].scores for c in link)]
-        if len(with_link) < 2:
+        if len(with_link) < PEERS:
             continue
         rep = max(
             with_link,
@@ -406,7 +408,7 @@ def _intra_host_slowdown(
     for j, i in enumerate(first.tolist()):
         ranks = mem.ranks_of(i).tolist()
         on = {ctx.topo.host_of(r) for r in ranks}
-        if len(ranks) >= 2 and len(on) == 1:
+        if len(ranks) >= PEERS and len(on) == 1:
             host_of_comm[j] = names.setdefault(on.pop(), len(names))
     host = host_of_comm[which.ravel()]
     keep = host >= 0
@@ -423,7 +425,7 @@ def _intra_host_slowdown(
     ratios: dict[str, list[float]] = {}
     for p in range(int(pair.max()) + 1):
         of = np.flatnonzero(pair == p)
-        if len(of) < 3:
+        if len(of) < MAJORITY:
             continue
         ref = max(float(np.median(med[of])), 1.0)
         for j in of.tolist():
@@ -468,7 +470,7 @@ def _score_whole_hosts(
     hosts = {ctx.topo.host_of(r) for r in late}
     for host in sorted(hosts):
         mates = ctx.topo.ranks_on_host(host)
-        if len(mates) < 2 or not all(m in late for m in mates):
+        if len(mates) < PEERS or not all(m in late for m in mates):
             continue
         if intra.get(host, -1.0) <= 0:
             continue
@@ -532,14 +534,14 @@ def _host_leader(
     for st in stats:
         if st.comm not in inside:
             ranks = st.ranks.tolist()
-            inside[st.comm] = len(ranks) >= 2 and all(
+            inside[st.comm] = len(ranks) >= PEERS and all(
                 ctx.topo.host_of(r) == host for r in ranks
             )
         if not inside[st.comm]:
             continue
         for r, v in zip(st.ranks.tolist(), st.lateness_ns().tolist(), strict=True):
             late.setdefault(r, []).append(v)
-    if len(late) < 2:
+    if len(late) < PEERS:
         return None, 0.0
     med = {r: float(np.median(vals)) for r, vals in late.items()}
     first, second = sorted(med.items(), key=lambda kv: -kv[1])[:2]

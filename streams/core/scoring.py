@@ -163,6 +163,28 @@ produces: a port that went down, a GPU computing longer between its ops
 than its on-time peers. A suspect with one explains the flow gaps of every
 suspect without one (``suspect.explain_away``)."""
 
+# Counts and floors.
+
+PEERS = 2
+"""Fewest members a comparison among peers needs: values with an outlier,
+a group's ranks, a host's or a NIC's GPUs, hosts, classes of ranks, the
+stops of ranks, a top culprit and its runner-up."""
+
+MAJORITY = 3
+"""Fewest members among which one that differs is outvoted by the others (a
+pair has no majority): hosts' clocks, hosts' span medians, the NICs a
+congestion spreads over, a communicator's members in a mismatch."""
+
+PROXY_FREEZE_EPISODES = 2
+"""A NIC backlog whose T froze in at most this many long episodes is the send
+proxy (a thread descheduled once or twice); a link that flaps freezes T
+again and again."""
+
+MIN_CULPRIT_CONFIDENCE = 0.2
+"""Slowdown culprits below it are left out of an answer: every large job has
+small timing suspects (a rank a few ms late in one group) sharing what the
+real culprit leaves of the confidence."""
+
 # Caps and shares.
 
 MAX_CONFIDENCE = 0.99
