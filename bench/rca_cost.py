@@ -11,7 +11,11 @@ time the answer holds (down to every 4 s), so a refresh that costs more than
 1 s puts a real-time worker behind early in an incident. Only the cost is
 measured here (the campaigns score the answers); each refresh is timed
 again without the compute gaps (``every_comm=False``), alternately, to give
-their share. Writes ``bench/results/rca_cost.json``.
+their share. A hang's root cause is timed the same way on a GPU that hangs
+(rank 30 at 6 s) and a NIC that goes down (rank 9's at 6 s): one
+``explain_hang`` over the latest state (the wait-for graph over every busy
+rank and its flow rows, the terminal groups, the hang rules), refreshed
+every 1 s of trace too. Writes ``bench/results/rca_cost.json``.
 Usage::
 
     python bench/rca_cost.py [--sizes 64,1024] [--repeat 3]
@@ -33,6 +37,7 @@ from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
 from mycroft.streams.analyze import Replay  # noqa: E402
+from mycroft.streams.core.rca_hang import explain_hang  # noqa: E402
 from mycroft.streams.core.rca_slow import explain_slowdown  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rca_cost.json"
@@ -41,15 +46,24 @@ FAULTS = {
     "nic-bandwidth": f"nic-bandwidth:rank=9,at={ONSET_S},severity=0.7",
     "gpu-power-cap": f"gpu-power-cap:rank=30,at={ONSET_S},severity=0.5",
 }
+HANGS = {
+    "gpu-hang": f"gpu-hang:rank=30,at={ONSET_S}",
+    "nic-down": f"nic-down:rank=9,at={ONSET_S}",
+}
+
+
+def _analyzer(size: int, spec: str) -> tuple[SimConfig, Any]:
+    """Simulate ``spec`` at ``size`` ranks to onset + WINDOW_S; its analyzer."""
+    tp, pp, dp = SHAPES[size]
+    cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=ONSET_S + WINDOW_S, seed=1)
+    replay = Replay()
+    simulate(cfg, [parse_spec(spec)], replay)
+    return cfg, replay.analyzers[cfg.job_id]
 
 
 def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
     """Simulate ``fault`` at ``size`` ranks to onset + WINDOW_S; time one refresh."""
-    tp, pp, dp = SHAPES[size]
-    cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=ONSET_S + WINDOW_S, seed=1)
-    replay = Replay()
-    simulate(cfg, [parse_spec(FAULTS[fault])], replay)
-    analyzer = replay.analyzers[cfg.job_id]
+    cfg, analyzer = _analyzer(size, FAULTS[fault])
     since = cfg.start_ns + int(ONSET_S * 1e9)
     times, without = [], []
     for _ in range(repeat):
@@ -74,6 +88,29 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
     }
 
 
+def measure_hang(size: int, fault: str, repeat: int) -> dict[str, Any]:
+    """Simulate the hang ``fault`` at ``size`` ranks; time one refresh."""
+    cfg, analyzer = _analyzer(size, HANGS[fault])
+    store = analyzer.ctx.store
+    now = cfg.start_ns + int((ONSET_S + WINDOW_S) * 1e9)
+    since = cfg.start_ns + int(ONSET_S * 1e9)
+    busy = store.slots["issued"] > store.slots["done"]
+    ranks = {int(r) for r in store.slots["rank"][busy].tolist()}
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        explain_hang(analyzer.ctx, ranks, now, since)
+        times.append(time.perf_counter() - t0)
+    return {
+        "ranks": size,
+        "fault": fault,
+        "busy_rank_comms": int(busy.sum()),
+        "latest_flow_rows": len(store.latest_flows()),
+        "refresh_s": round(statistics.median(times), 3),
+        "refresh_max_s": round(max(times), 3),
+    }
+
+
 def main() -> int:
     p = cost_args(__doc__, RESULTS, repeat=3)
     a = p.parse_args()
@@ -81,6 +118,10 @@ def main() -> int:
         measure(int(size), fault, a.repeat)
         for size in a.sizes.split(",")
         for fault in FAULTS
+    ] + [
+        measure_hang(int(size), fault, a.repeat)
+        for size in a.sizes.split(",")
+        for fault in HANGS
     ]
     for row in rows:
         print(json.dumps(row), flush=True)

@@ -71,6 +71,22 @@ def _rca_cost(r: dict[str, Any]) -> list[str]:
             f"{x['flow_snapshot_rows']:,} | {x['refresh_s']} | {x['refresh_max_s']} "
             f"| {x.get('refresh_without_gaps_s', '-')} |"
             for x in r["rows"]
+            if "collectives" in x
+        ),
+        "",
+        "One refresh of a hang's root cause over the latest state (the wait-for "
+        "graph over every busy rank and its flow rows, the terminal groups, the "
+        "hang rules), at the end of the same window; a hang refreshes every 1 s "
+        "of trace.",
+        "",
+        "| ranks | fault | busy (rank, comm) | latest flow rows | refresh (s) "
+        "| max (s) |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| {x['ranks']} | {x['fault']} | {x['busy_rank_comms']:,} | "
+            f"{x['latest_flow_rows']:,} | {x['refresh_s']} | {x['refresh_max_s']} |"
+            for x in r["rows"]
+            if "busy_rank_comms" in x
         ),
     ]
 
@@ -197,7 +213,7 @@ RENDERERS: dict[str, Renderer] = {
     ),
     "sim_speed": ("Simulator speed", "python bench/sim_speed.py", _sim_speed),
     "rca_cost": (
-        "Slowdown root cause: cost of one refresh as the job grows",
+        "Root cause: cost of one refresh as the job grows",
         "python bench/rca_cost.py",
         _rca_cost,
     ),

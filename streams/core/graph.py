@@ -51,6 +51,7 @@ def build_wait_graph(
         )
     }
     flows = store.latest_flows()
+    ops = OpFlows(flows)
     busy = s[s["issued"] > s["done"]]
     g.add_nodes_from(int(r) for r in s["rank"].tolist())
     for row in busy:
@@ -73,16 +74,50 @@ def build_wait_graph(
                 why=f"rank {m} never issued seq {seq}",
             )
         if not late:
-            _data_edges(g, flows, topo, rank, comm, seq)
+            _data_edges(g, ops, topo, rank, comm, seq)
     return g
 
 
+class OpFlows:
+    """The latest flow rows, looked up by op: the rows of ``(rank, comm,
+    seq)`` and, per row, whether it is an unoffered send
+    (:func:`_unoffered_sends`). Indexed once, on the first lookup, rather
+    than filtered per busy rank (a 4,096-rank hang has thousands)."""
+
+    def __init__(self, flows: np.ndarray) -> None:
+        """Wrap ``flows`` (``ProgressStore.latest_flows()``)."""
+        self.flows = flows
+        self._unoffered: np.ndarray | None = None
+        self._rows: dict[tuple[int, int, int], np.ndarray] | None = None
+
+    def of(self, rank: int, comm: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        """``rank``'s flow rows in op ``(comm, seq)``, in table order, and
+        their unoffered-send mask."""
+        if self._rows is None or self._unoffered is None:
+            self._rows = _rows_by_op(self.flows)
+            self._unoffered = _unoffered_sends(self.flows)
+        rows = self._rows.get((rank, comm, seq), np.zeros(0, dtype=np.int64))
+        return self.flows[rows], self._unoffered[rows]
+
+
+def _rows_by_op(flows: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
+    """Row indices of ``flows`` per ``(rank, comm, seq)``, each in table order."""
+    if not len(flows):
+        return {}
+    rank, comm, seq = flows["rank"], flows["comm"], flows["seq"]
+    order = np.lexsort((seq, comm, rank))  # stable: table order within an op
+    r, c, q = rank[order], comm[order], seq[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1]) | (q[1:] != q[:-1])
+    starts = np.flatnonzero(new)
+    keys = zip(r[starts].tolist(), c[starts].tolist(), q[starts].tolist(), strict=True)
+    return dict(zip(keys, np.split(order, starts[1:]), strict=True))
+
+
 def _data_edges(  # noqa: PLR0917 - private helper of one module
-    g: nx.DiGraph, flows: np.ndarray, topo: JobTopology, rank: int, comm: int, seq: int
+    g: nx.DiGraph, ops: OpFlows, topo: JobTopology, rank: int, comm: int, seq: int
 ) -> None:
-    mine = flows[
-        (flows["rank"] == rank) & (flows["comm"] == comm) & (flows["seq"] == seq)
-    ]
+    mine, unoffered = ops.of(rank, comm, seq)
     # A recv flow waits on its peer only while data is still to arrive
     # (``transmitted`` = arrived < total); data that arrived but was not
     # consumed (``done``) is waiting on the receiving rank's own GPU.
@@ -106,11 +141,10 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
     )
     # A send that staged nothing to a receiver that offered no buffer for
     # it waits on the receiver (its part of the op never started).
-    unoffered = (
-        _unoffered_sends(flows, mine),
-        "staged nothing: the receiver offered no buffer",
-    )
-    for mask, why in (*waiting, unoffered):
+    for mask, why in (
+        *waiting,
+        (unoffered, "staged nothing: the receiver offered no buffer"),
+    ):
         for f in mine[mask]:
             g.add_edge(
                 rank,
@@ -135,25 +169,37 @@ def _data_edges(  # noqa: PLR0917 - private helper of one module
             )
 
 
-def _unoffered_sends(flows: np.ndarray, mine: np.ndarray) -> np.ndarray:
-    """Mask of ``mine``'s send flows with nothing staged (G = 0) whose
-    receiver's flow of the same op and channel reports no buffer posted
-    (its G = 0); a receiver with no such row says nothing."""
-    out = np.zeros(len(mine), dtype=bool)
-    idle = np.flatnonzero((mine["dir"] == SEND) & (mine["gpu_ready"] == 0))
-    if not len(idle):
+def _unoffered_sends(flows: np.ndarray) -> np.ndarray:
+    """Per row of ``flows``: a send flow with nothing staged (G = 0) whose
+    receiver's flow of the same op and channel reports no buffer posted (its
+    G = 0); a receiver with no such row says nothing."""
+    out = np.zeros(len(flows), dtype=bool)
+    send = flows["dir"] == SEND
+    recv = flows["dir"] == RECV
+    idle = send & (flows["gpu_ready"] == 0)
+    if not idle.any() or not recv.any():
         return out
-    recv = flows[flows["dir"] == RECV]
-    for i in idle.tolist():
-        f = mine[i]
-        theirs = recv[
-            (recv["rank"] == f["peer"])
-            & (recv["peer"] == f["rank"])
-            & (recv["comm"] == f["comm"])
-            & (recv["seq"] == f["seq"])
-            & (recv["channel"] == f["channel"])
-        ]
-        out[i] = bool(len(theirs)) and bool((theirs["gpu_ready"] == 0).all())
+    # One key per sender-receiver pair of an op's channel, from either end.
+    key = np.empty(
+        len(flows),
+        dtype=[
+            ("src", "<i4"),
+            ("dst", "<i4"),
+            ("comm", "<u8"),
+            ("seq", "<i8"),
+            ("ch", "<i2"),
+        ],
+    )
+    key["src"] = np.where(send, flows["rank"], flows["peer"])
+    key["dst"] = np.where(send, flows["peer"], flows["rank"])
+    key["comm"], key["seq"], key["ch"] = flows["comm"], flows["seq"], flows["channel"]
+    _, pair = np.unique(key, return_inverse=True)
+    reported = np.bincount(pair[recv], minlength=pair.max() + 1) > 0
+    offered = (
+        np.bincount(pair[recv & (flows["gpu_ready"] > 0)], minlength=pair.max() + 1) > 0
+    )
+    at = pair[idle]
+    out[idle] = reported[at] & ~offered[at]
     return out
 
 

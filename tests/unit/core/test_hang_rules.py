@@ -19,7 +19,7 @@ from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
-from mycroft.streams.core.graph import _data_edges, terminal_groups
+from mycroft.streams.core.graph import OpFlows, _data_edges, terminal_groups
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_hang import (
     _score_in_op,
@@ -115,7 +115,7 @@ def test_dead_nic_rank_is_in_the_earliest_blocked_group():
     g = nx.DiGraph()
     g.add_nodes_from(range(4))
     for r in range(4):
-        _data_edges(g, flows, ctx.topo, r, RING, 7)
+        _data_edges(g, OpFlows(flows), ctx.topo, r, RING, 7)
     assert g.edges[1, 2]["why"].startswith("data ready but not sent")
     groups = terminal_groups(g, {0, 1, 2, 3})
     assert any(2 in grp for grp in groups)
@@ -240,12 +240,38 @@ def test_a_send_that_staged_nothing_waits_on_a_receiver_that_offered_nothing():
     flows["rank"], flows["peer"], flows["dir"] = [0, 1], [1, 0], [SEND, RECV]
     g = nx.DiGraph()
     for r in (0, 1):
-        _data_edges(g, flows, ctx.topo, r, DP, 4)
+        _data_edges(g, OpFlows(flows), ctx.topo, r, DP, 4)
     assert g.edges[0, 1]["why"].startswith("staged nothing")
     assert terminal_groups(g, {0}) == [{0, 1}]
     # Buffers offered: the sender is where waiting ends.
     flows["gpu_ready"][1] = 8
     g = nx.DiGraph()
     for r in (0, 1):
-        _data_edges(g, flows, ctx.topo, r, DP, 4)
+        _data_edges(g, OpFlows(flows), ctx.topo, r, DP, 4)
     assert not g.has_edge(0, 1) and terminal_groups(g, {1}) == [{0}]
+
+
+def test_op_flows_finds_each_ops_rows_in_table_order_and_the_unoffered_sends() -> None:
+    fl = np.zeros(6, dtype=FLAT_FLOW)
+    # rank, comm, seq, channel, dir, peer, G: two ops of rank 1 interleaved
+    rows = [
+        (1, 9, 3, 0, SEND, 2, 0),
+        (2, 9, 3, 0, RECV, 1, 0),
+        (1, 9, 4, 0, SEND, 2, 5),
+        (1, 9, 3, 1, SEND, 2, 0),
+        (2, 9, 3, 1, RECV, 1, 4),
+        (1, 8, 3, 0, SEND, 0, 0),
+    ]
+    for name, col in zip(
+        ("rank", "comm", "seq", "channel", "dir", "peer", "gpu_ready"),
+        zip(*rows, strict=True),
+        strict=True,
+    ):
+        fl[name] = col
+    mine, unoffered = OpFlows(fl).of(1, 9, 3)
+    assert mine["channel"].tolist() == [0, 1]
+    # channel 0's receiver offered nothing; channel 1's offered 4 buffers
+    assert unoffered.tolist() == [True, False]
+    # a send whose receiver reports no row of the op says nothing
+    assert OpFlows(fl).of(1, 8, 3)[1].tolist() == [False]
+    assert len(OpFlows(fl).of(3, 9, 3)[0]) == 0

@@ -32,7 +32,7 @@ from mycroft.streams.core.detect import DetectContext, detect_mismatch
 from mycroft.streams.core.detect_slow import observe_collective
 from mycroft.streams.core.engine import Analyzer, Incident, _better
 from mycroft.streams.core.evidence import Rule
-from mycroft.streams.core.graph import _data_edges
+from mycroft.streams.core.graph import OpFlows, _data_edges
 from mycroft.streams.core.progress import _OP_PLUS, FLAT_FLOW, ProgressStore
 from mycroft.streams.core.scoring import WEIGHTS
 from mycroft.streams.core.topology import JobTopology
@@ -198,8 +198,8 @@ def test_recv_whose_data_all_arrived_waits_on_itself_not_the_peer():
         ]
     )
     g = nx.DiGraph()
-    _data_edges(g, fl, JobTopology(), 1, 9, 3)
-    _data_edges(g, fl, JobTopology(), 2, 9, 3)
+    _data_edges(g, OpFlows(fl), JobTopology(), 1, 9, 3)
+    _data_edges(g, OpFlows(fl), JobTopology(), 2, 9, 3)
     assert not g.has_edge(1, 0)
     assert g.has_edge(2, 0)
 
