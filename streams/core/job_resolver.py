@@ -36,10 +36,15 @@ from mycroft.schemas.records import (
 from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.engine import Analyzer, Incident
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import terminal_groups
-from mycroft.streams.core.scoring import MIN_CULPRIT_CONFIDENCE, PEERS, weight
+from mycroft.streams.core.incidents import Finding, Incident, IncidentTracker
+from mycroft.streams.core.scoring import (
+    MAX_CULPRITS,
+    MIN_CULPRIT_CONFIDENCE,
+    PEERS,
+    weight,
+)
 from mycroft.streams.core.topology import JobTopology
 
 FOLLOW_SHARE = 0.5
@@ -260,7 +265,7 @@ def _gtd_first(
             total[best] += total.pop((rank, comp))
 
 
-class JobResolver(Analyzer):
+class JobResolver:
     """Stage 2: incidents and root causes of one job from its comm summaries.
 
     Args:
@@ -278,7 +283,9 @@ class JobResolver(Analyzer):
             ``SETTLE_CAP`` x ``settle_s``.
 
     ``ingest`` takes ``CommSummary`` and ``Topology`` records; ``evaluate``
-    returns new anomalies and root-cause revisions exactly like ``Analyzer``.
+    returns new anomalies and root-cause revisions exactly like ``Analyzer``:
+    the same :class:`~.incidents.IncidentTracker`, with this resolver's
+    explainer (:meth:`explain`).
     """
 
     def __init__(
@@ -288,7 +295,10 @@ class JobResolver(Analyzer):
         stale_s: float = 30.0,
         settle_s: float = 2.0,
     ) -> None:
-        super().__init__(job_id, config)
+        self.job_id = job_id
+        self.cfg = config or DetectorConfig()
+        self.topo = JobTopology()
+        self.incidents = IncidentTracker(job_id, self.cfg, self.topo)
         self.stale_ns = int(stale_s * 1e9)
         self.settle_ns = int(settle_s * 1e9)
         self.latest: dict[int, CommSummary] = {}
@@ -300,7 +310,7 @@ class JobResolver(Analyzer):
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold a summary or a topology record in; other records are ignored."""
         if isinstance(record, Topology):
-            self.ctx.topo.add(record)
+            self.topo.add(record)
             return
         if not isinstance(record, CommSummary):
             return
@@ -316,6 +326,15 @@ class JobResolver(Analyzer):
                 self._new.append(a)
         while len(self.known) > _KNOWN_IDS:
             self.read_at.pop(self.known.popitem(last=False)[0], None)
+
+    @property
+    def incident(self) -> Incident | None:
+        """The open incident, if any."""
+        return self.incidents.incident
+
+    def evaluate(self, now_ns: int) -> list[Finding]:
+        """New anomalies, then a root-cause revision of the incident, if any."""
+        return self.incidents.track(self.detect(now_ns), now_ns, self.explain)
 
     def fresh(self, now_ns: int) -> list[CommSummary]:
         """The latest summary of every group heard from within ``stale_s``."""
@@ -365,9 +384,11 @@ class JobResolver(Analyzer):
             for g, s in self.latest.items()
         )
 
-    def _explain(
+    def explain(
         self, inc: Incident, kind: FaultKind, now_ns: int
     ) -> tuple[list[Culprit], list[Evidence]]:
+        """The stage-2 explainer (:data:`~.incidents.Explainer`): from the
+        comm groups' statuses, once the groups caught up (:meth:`settled`)."""
         if not self.settled(inc, now_ns):
             return [], []  # no root cause yet: retried at the next evaluate
         statuses = [st for s in self.fresh(now_ns) for st in s.comms if st.kind is kind]
@@ -376,7 +397,7 @@ class JobResolver(Analyzer):
             symptom = {c for a in anomalies for c in a.comms}
             culprits, evidence = resolve_hang(statuses, symptom)
         else:
-            culprits = merge_culprits(statuses, self.ctx.topo)[:8]
+            culprits = merge_culprits(statuses, self.topo)[:MAX_CULPRITS]
             evidence = [e for st in statuses for e in st.evidence]
         done, groups = self.caught_up(inc)
         if done < groups:

@@ -18,8 +18,9 @@ from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_ports import detect_port_flaps
-from mycroft.streams.core.engine import Analyzer, Incident
+from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.evidence import Rule
+from mycroft.streams.core.incidents import Incident, Verdict
 from mycroft.streams.core.ports import PortEvents, PortLog
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_ports import (
@@ -186,19 +187,19 @@ def test_a_port_heard_late_overturns_a_confident_far_end_answer():
     inc.anomalies["a"] = Anomaly(
         "a", "j", FaultKind.HANG, (1,), (0, 2), 10 * S, 11 * S, "hang", "stalled"
     )
-    inc.signature = (FaultKind.HANG, ((2, Component.NIC, 0, 0),))
-    inc.top_conf = 0.99
+    far = Culprit(2, "h1", Component.NIC, FaultKind.HANG, 0.99, 0, 0)
+    inc.published = Verdict(FaultKind.HANG, (far,))
     near = [Culprit(0, "h0", Component.NIC, FaultKind.HANG, 0.67)]
-    assert not an._port_turn(near, inc)  # no port heard yet
+    assert not an.port_turn(near, inc)  # no port heard yet
     for t in (8, 9, 12):
         an.ctx.store.ports.observe("h0", t * S, [_port(0, up=t < 12)])
         an.ctx.store.ports.observe("h1", t * S, [_port(0)])
-    assert an._port_turn(near, inc)
-    assert not an._port_turn([_on_rank(near[0], 2)], inc)
+    assert an.port_turn(near, inc)
+    assert not an.port_turn([_on_rank(near[0], 2)], inc)
     gpu = [Culprit(0, "h0", Component.GPU, FaultKind.HANG, 0.67)]
-    assert not an._port_turn(gpu, inc)
+    assert not an.port_turn(gpu, inc)
     an.ctx.store.ports.observe("h1", 13 * S, [_port(1)])  # the far end flapped too
-    assert not an._port_turn(near, inc)
+    assert not an.port_turn(near, inc)
 
 
 def _on_rank(c: Culprit, rank: int) -> Culprit:

@@ -30,9 +30,10 @@ from mycroft.streams.core.completions import CollectiveStat, matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, detect_mismatch
 from mycroft.streams.core.detect_slow import observe_collective
-from mycroft.streams.core.engine import Analyzer, Incident, _better
+from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import OpFlows, _data_edges
+from mycroft.streams.core.incidents import Decision, Verdict, revise
 from mycroft.streams.core.progress import _OP_PLUS, FLAT_FLOW, ProgressStore
 from mycroft.streams.core.scoring import WEIGHTS
 from mycroft.streams.core.topology import JobTopology
@@ -274,7 +275,7 @@ def test_a_capped_answer_confirmed_is_published_again_and_then_stands(
         ]
     )
     an = Analyzer("j")
-    monkeypatch.setattr(an, "_explain", lambda *_: ([next(answers)], []))
+    monkeypatch.setattr(an, "explain", lambda *_: ([next(answers)], []))
     slow = Anomaly("a", "j", FaultKind.SLOWDOWN, (1,), (6,), 0, 0, "late", "")
     published = [
         (f.revision, f.culprits[0].rank, f.culprits[0].confidence)
@@ -294,7 +295,7 @@ def test_a_capped_answer_is_not_flipped_by_one_round(
     host = Culprit(0, "h0", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     answers = iter([gpu, host, gpu, host, host])
     an = Analyzer("j")
-    monkeypatch.setattr(an, "_explain", lambda *_: ([next(answers)], []))
+    monkeypatch.setattr(an, "explain", lambda *_: ([next(answers)], []))
     slow = Anomaly("a", "j", FaultKind.SLOWDOWN, (1,), (6,), 0, 0, "late", "")
     published = [
         (f.revision, f.culprits[0].rank, t)
@@ -324,30 +325,34 @@ def test_a_hang_publishes_few_anomalies_and_still_finds_the_culprit():
     assert set(cause.anomaly_ids) == {a.anomaly_id for a in narrow.anomalies}
 
 
+def _revises(culprits: list[Culprit], published: Verdict, *, again: bool) -> bool:
+    """Whether another answer of the published kind replaces it."""
+    proposed = Verdict(published.kind, tuple(culprits))
+    return revise(published, proposed, again=again) is not Decision.KEEP
+
+
 def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     """A capped early verdict (a host 6 ms late) must not stand once its
     evidence is gone and an equally capped, better-founded one (a host
     100 ms late) replaces it; while it is still named, only a more
     confident answer revises it."""
-    inc = Incident("j:slowdown:1:0", FaultKind.SLOWDOWN, 0, 0)
-    inc.signature = (FaultKind.SLOWDOWN, ((943, Component.GPU, None, None),))
-    inc.top_conf = 0.6
     old = Culprit(943, "h117", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     new = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     weaker = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.5)
     stronger = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.7)
-    assert _better([new], inc, again=True)
-    assert not _better([new], inc, again=False)  # one round only: a flicker
-    assert not _better([new, old], inc, again=True)
-    assert not _better([weaker], inc, again=True)
-    assert _better([stronger, old], inc, again=False)
+    published = Verdict(FaultKind.SLOWDOWN, (old,))
+    assert _revises([new], published, again=True)
+    assert not _revises([new], published, again=False)  # one round only: a flicker
+    assert not _revises([new, old], published, again=True)
+    assert not _revises([weaker], published, again=True)
+    assert _revises([stronger, old], published, again=False)
     # An uncapped answer (a lost rank: process, 0.99) is not flipped at equal
     # confidence by a partial view that no longer sees the rank lost.
-    inc.signature = (FaultKind.HANG, ((33, Component.PROCESS, None, None),))
-    inc.top_conf = 0.99
+    lost = Culprit(33, "h4", Component.PROCESS, FaultKind.HANG, 0.99)
+    published = Verdict(FaultKind.HANG, (lost,))
     host = Culprit(33, "h4", Component.HOST, FaultKind.HANG, 0.99)
-    assert not _better([host], inc, again=True)
-    assert _better([replace(host, confidence=1.0)], inc, again=False)
+    assert not _revises([host], published, again=True)
+    assert _revises([replace(host, confidence=1.0)], published, again=False)
 
 
 def test_a_tie_is_revised_when_more_flows_single_out_its_runner_up():
@@ -357,19 +362,22 @@ def test_a_tie_is_revised_when_more_flows_single_out_its_runner_up():
     tie, though among a thousand ranks' small timing suspects its share of
     the score is lower than the tie's was; not while the sender is still
     named, nor for one round only, nor in a hang."""
-    inc = Incident("j:slowdown:1:0", FaultKind.SLOWDOWN, 0, 0)
-    tie = ((859, Component.PROXY, 867, 0), (867, Component.PCIE, None, None))
-    inc.signature, inc.top_conf = (FaultKind.SLOWDOWN, tie), 0.556
+    tie = (
+        Culprit(859, "node0107", Component.PROXY, FaultKind.SLOWDOWN, 0.556, 867, 0),
+        Culprit(867, "node0108", Component.PCIE, FaultKind.SLOWDOWN, 0.444),
+    )
+    published = Verdict(FaultKind.SLOWDOWN, tie)
     pcie = Culprit(867, "node0108", Component.PCIE, FaultKind.SLOWDOWN, 0.283)
     noise = Culprit(96, "node0012", Component.GPU, FaultKind.SLOWDOWN, 0.093)
     proxy = Culprit(859, "node0107", Component.PROXY, FaultKind.SLOWDOWN, 0.2)
-    assert _better([pcie, noise], inc, again=True)
-    assert not _better([pcie, noise], inc, again=False)
-    assert not _better([pcie, noise, proxy], inc, again=True)
-    assert not _better([noise, pcie], inc, again=True)
-    assert not _better([replace(pcie, component=Component.GPU)], inc, again=True)
-    inc.signature = (FaultKind.HANG, tie)
-    assert not _better([pcie, noise], inc, again=True)
+    assert _revises([pcie, noise], published, again=True)
+    assert not _revises([pcie, noise], published, again=False)
+    assert not _revises([pcie, noise, proxy], published, again=True)
+    assert not _revises([noise, pcie], published, again=True)
+    assert not _revises([replace(pcie, component=Component.GPU)], published, again=True)
+    published = Verdict(FaultKind.HANG, tie)
+    hang = [replace(c, kind=FaultKind.HANG) for c in (pcie, noise)]
+    assert not _revises(hang, published, again=True)
 
 
 def test_a_slow_gpu_is_named_when_evaluated_seconds_after_its_onset():

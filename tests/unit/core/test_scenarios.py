@@ -10,7 +10,7 @@ from mycroft.producers.tracefile import TraceFileWriter
 from mycroft.schemas.records import Anomaly, RootCause
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams import analyze
-from mycroft.streams.core import engine
+from mycroft.streams.core import incidents
 from mycroft.streams.core.engine import Analyzer
 from tests.unit.core.scenario import T0, host_of, make
 
@@ -91,7 +91,7 @@ def test_analyze_cli_json(tmp_path, capsys):
     assert doc["anomalies"]
 
 
-_EXPLAIN = Analyzer._explain
+_EXPLAIN = Analyzer.explain
 
 
 def _refreshes(monkeypatch, kind):
@@ -103,7 +103,7 @@ def _refreshes(monkeypatch, kind):
         times.append(now_ns)
         return _EXPLAIN(self, inc, fkind, now_ns)
 
-    monkeypatch.setattr(Analyzer, "_explain", spy)
+    monkeypatch.setattr(Analyzer, "explain", spy)
     _, out = _run(make(kind, 3, seconds=24.0))
     return times, _causes(out)
 
@@ -114,7 +114,7 @@ def test_a_slowdown_that_holds_is_refreshed_less_often(monkeypatch):
     assert {2.0, 4.0} <= set(gaps), gaps
     assert max(gaps) <= 4.0
     # Every second, as before the back-off: the same answers, more work.
-    monkeypatch.setattr(engine, "_REEVAL_MAX_NS", engine._REEVAL_NS)
+    monkeypatch.setattr(incidents, "REEVAL_MAX_NS", incidents.REEVAL_NS)
     every_s, same = _refreshes(monkeypatch, "gpu-power-cap")
     assert len(every_s) > len(times)
     assert [
