@@ -32,7 +32,7 @@ from mycroft.incident_card import anomaly_json, culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines, iso
 from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause
-from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.config import DetectorConfig, with_overrides
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.event_time import EventTimeConfig, on_grid
 
@@ -227,7 +227,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also write DIR/index.html, each incident with figures "
         "(the 'report' extra: matplotlib)",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a detector threshold (repeatable or comma-separated; "
+        "keys: DetectorConfig in streams/core/config.py), as a worker's "
+        "--detector does",
+    )
     args = ap.parse_args(argv)
+    try:
+        config = with_overrides(DetectorConfig(), args.set)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.report:
         if args.flight_recorder:
             ap.error("--report reads trace files, not --flight-recorder dumps")
@@ -245,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first: dict[str, int] = {}
     starts: dict[str, int] = {}
     for path in args.paths:
-        rp = Replay()
+        rp = Replay(config)
         for ts_ns, rec in read_records(path):
             rp.feed(ts_ns, rec)
         a, c = rp.finish()

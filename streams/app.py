@@ -49,6 +49,7 @@ from mycroft.schemas.records import (
     RootCause,
     StateBatch,
 )
+from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.event_time import Source
 from mycroft.streams.core.host_clocks import HostClocks
 from mycroft.streams.faust_auth import faust_auth
@@ -179,28 +180,29 @@ def job_source(
 
 
 def default_engine_factory(
-    stage: str = "single", comm_groups: int = 8
+    stage: str = "single", comm_groups: int = 8, config: DetectorConfig | None = None
 ) -> EngineFactory:
     """The real engine of a stage (imported lazily: scipy/networkx are heavy).
 
     ``single``: the per-job ``Analyzer``; ``comm``: a ``CommAnalyzer`` per
-    ``job/comm_group`` key; ``job``: the per-job ``JobResolver``.
+    ``job/comm_group`` key; ``job``: the per-job ``JobResolver``; each with
+    the thresholds ``config`` (default: ``DetectorConfig()``).
     """
     if stage == "comm":
         from mycroft.streams.core.comm_analyzer import CommAnalyzer  # noqa: PLC0415
 
         def comm_engine(key: str) -> Engine:
             job, group = parse_group_key(key)
-            return CommAnalyzer(job, group, comm_groups)
+            return CommAnalyzer(job, group, comm_groups, config)
 
         return comm_engine
     if stage == "job":
         from mycroft.streams.core.job_resolver import JobResolver  # noqa: PLC0415
 
-        return JobResolver
+        return lambda job: JobResolver(job, config)
     from mycroft.streams.core.engine import Analyzer  # noqa: PLC0415
 
-    return Analyzer
+    return lambda job: Analyzer(job, config)
 
 
 def faust_config(settings: StreamSettings) -> dict[str, Any]:
@@ -704,7 +706,9 @@ def build_app(
         "comm": [topics.split_state],
         "job": [topics.topology, topics.comm_summary],
     }.get(settings.stage)
-    engines = factory or default_engine_factory(settings.stage, settings.comm_groups)
+    engines = factory or default_engine_factory(
+        settings.stage, settings.comm_groups, settings.detector_config()
+    )
     pipe = Pipeline(app, settings, engines, topics, sources)
 
     @app.agent(pipe.source, name="mycroft-ingest")

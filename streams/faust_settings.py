@@ -20,6 +20,7 @@ from mycroft.config import add_config_flag, add_flags, load, setting, state_dir
 from mycroft.errors import ConfigError
 from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
 from mycroft.kafka_security import add_flags as add_flags_security
+from mycroft.streams.core.config import DetectorConfig, with_overrides
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _HOSTPORT = re.compile(r"^[^\s:,]+:\d{1,5}$")
@@ -64,6 +65,12 @@ class StreamSettings:
             event time (``streams/core/event_time.py``) whatever the pace
             its records are published at. Still accepted (0.01..100) so
             that existing command lines and configs keep working.
+        detector: Overrides of the detectors' thresholds, ``KEY=VALUE``
+            pairs separated by commas, keys and reasons in
+            ``DetectorConfig`` (``streams/core/config.py``); ``''``: the
+            defaults, which the campaigns measure. Every worker of a
+            deployment must run the same (verdicts depend on them);
+            ``mycroft analyze --set`` takes the same pairs.
         security: TLS and SASL settings of every Kafka client of the
             worker (``--security-protocol`` ... or
             ``MYCROFT_STREAMS__SECURITY_PROTOCOL`` ...; ``infra/SECURITY.md``).
@@ -94,6 +101,12 @@ class StreamSettings:
     )
     comm_groups: int = setting(8, "comm groups per job (two-stage worker)")
     trace_speed: float = setting(1.0, "deprecated, ignored: verdicts use event time")
+    detector: str = setting(
+        "",
+        "detector threshold overrides, KEY=VALUE[,KEY=VALUE...] "
+        "(DetectorConfig, streams/core/config.py)",
+        metavar="KEY=VALUE,...",
+    )
     security: KafkaSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
@@ -130,7 +143,15 @@ class StreamSettings:
             raise ConfigError(f"unknown log level {self.loglevel!r}")
         self._check_stage()
 
+    def detector_config(self) -> DetectorConfig:
+        """The engines' thresholds: the defaults with ``detector``'s overrides."""
+        return with_overrides(DetectorConfig(), self.detector)
+
     def _check_stage(self) -> None:
+        try:
+            self.detector_config()
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.stage not in STAGES:
             raise ConfigError(
                 f"stage must be one of {', '.join(STAGES)}, got {self.stage!r}"

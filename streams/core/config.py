@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from mycroft.streams.core.scoring import PEERS
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,82 @@ class DetectorConfig:
     incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        """Reject values no detector can work with; the error names the key."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in _NON_NEGATIVE:
+                if value < 0:
+                    raise ValueError(f"detector {f.name} must be >= 0, got {value}")
+            elif value <= 0:
+                raise ValueError(f"detector {f.name} must be > 0, got {value}")
+        for name in _RATIOS:
+            if getattr(self, name) < 1:
+                raise ValueError(f"detector {name} is a ratio: it must be >= 1")
+        for name in _FRACTIONS:
+            if not getattr(self, name) < 1:
+                raise ValueError(f"detector {name} is a fraction: it must be < 1")
+        for need, of in _WINDOWS:
+            if getattr(self, need) > getattr(self, of):
+                raise ValueError(
+                    f"detector {need} ({getattr(self, need)}) counts samples of "
+                    f"its last {of} ({getattr(self, of)}): raise {of} or lower {need}"
+                )
+        if self.hang_max_s < self.hang_min_s:
+            raise ValueError("detector hang_max_s must be >= hang_min_s")
+        if self.hold_min_members < PEERS:
+            raise ValueError("detector hold_min_members must be >= 2 (a group)")
+
     @property
     def history_ns(self) -> int:
         """``history_s`` in nanoseconds."""
         return int(self.history_s * 1e9)
+
+
+_NON_NEGATIVE = frozenset(
+    {"slow_abs_floor_s", "severe_extra_s", "late_floor_s", "recur_extra_s"}
+)
+"""Floors that may be 0 (off); every other value must be positive."""
+_RATIOS = ("slow_ratio_min", "severe_ratio", "recur_ratio")
+_FRACTIONS = ("gap_quantile", "gap_chance_max")
+_WINDOWS = (
+    ("warmup_samples", "baseline_window"),
+    ("slow_persist", "slow_of"),
+    ("late_persist", "late_of"),
+    ("recur_need", "recur_of"),
+    ("hold_need", "hold_of"),
+)
+"""``(need, of)``: a count of samples within a window of ``of`` samples."""
+
+
+def with_overrides(
+    cfg: DetectorConfig, assignments: str | Sequence[str]
+) -> DetectorConfig:
+    """``cfg`` with ``KEY=VALUE`` overrides: one per item, or comma-separated.
+
+    Raises:
+        ValueError: an unknown key, a value not of the key's type, or a
+            resulting config that ``__post_init__`` rejects; the message
+            says which and lists the keys.
+    """
+    items = [assignments] if isinstance(assignments, str) else list(assignments)
+    pairs = [a.strip() for item in items for a in item.split(",") if a.strip()]
+    known = {f.name: type(getattr(cfg, f.name)) for f in fields(cfg)}
+    changes: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, text = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or key not in known:
+            raise ValueError(
+                f"detector override {pair!r} is not KEY=VALUE with a key of "
+                f"{', '.join(sorted(known))} (streams/core/config.py)"
+            )
+        kind = known[key]
+        try:
+            changes[key] = kind(text.strip())
+        except ValueError:
+            raise ValueError(
+                f"detector {key} takes {'an integer' if kind is int else 'a number'}, "
+                f"got {text.strip()!r}"
+            ) from None
+    return replace(cfg, **changes)

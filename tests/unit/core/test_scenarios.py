@@ -91,6 +91,25 @@ def test_analyze_cli_json(tmp_path, capsys):
     assert doc["anomalies"]
 
 
+def test_analyze_cli_detector_overrides(tmp_path, capsys):
+    """``--set`` reaches the detectors: with incidents allowed one published
+    anomaly, fewer are published; a bad key is a usage error naming it."""
+    path = tmp_path / "t.trace"
+    with TraceFileWriter(path) as w:
+        for ts, rec in make("process-crash", 3, seconds=10.0):
+            w.write(rec, ts)
+    analyze.main([str(path), "--json"])
+    plain = json.loads(capsys.readouterr().out)
+    analyze.main([str(path), "--json", "--set", "incident_max_anomalies=1"])
+    capped = json.loads(capsys.readouterr().out)
+    assert len(plain["anomalies"]) > 1 and len(capped["anomalies"]) == 1
+    assert capped["root_causes"][0]["rank"] == plain["root_causes"][0]["rank"]
+    with pytest.raises(SystemExit) as exit_:
+        analyze.main([str(path), "--set", "hang_soon=1"])
+    assert exit_.value.code == 2
+    assert "hang_soon" in capsys.readouterr().err
+
+
 _EXPLAIN = Analyzer.explain
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mycroft.errors import ConfigError
-from mycroft.streams.app import faust_config, main
+from mycroft.streams.app import default_engine_factory, faust_config, main
+from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.faust_settings import StreamSettings, parse_settings, to_argv
 from mycroft.streams.faust_topics import tick_topic
 
@@ -53,6 +55,9 @@ def test_defaults_and_faust_config() -> None:
         {"bootstrap": "h:1", "prefix": "a b"},
         {"bootstrap": "h:1", "stats_interval_s": 0},
         {"bootstrap": "h:1", "trace_speed": 0},
+        {"bootstrap": "h:1", "detector": "hang_min_s"},
+        {"bootstrap": "h:1", "detector": "no_such_key=1"},
+        {"bootstrap": "h:1", "detector": "slow_persist=9"},
     ],
 )
 def test_invalid_settings_raise_config_error(kwargs: dict[str, object]) -> None:
@@ -83,3 +88,20 @@ def test_main_reports_config_errors_with_exit_code_2(
 def test_worker_flags_read_back_as_the_same_settings() -> None:
     s = StreamSettings("h:1", partitions=4, rates=False, trace_speed=0.25, stage="comm")
     assert parse_settings(to_argv(s), env={}) == ("worker", s)
+
+
+def test_detector_overrides_reach_the_engines_from_flag_env_and_defaults() -> None:
+    _, flag = parse_settings(
+        ["worker", "--bootstrap", "h:1", "--detector", "hang_min_s=2,slow_of=6"], {}
+    )
+    assert flag.detector_config().hang_min_s == 2.0
+    assert flag.detector_config().slow_of == 6
+    env = {"MYCROFT_STREAMS__DETECTOR": "incident_quiet_s=9"}
+    _, from_env = parse_settings(["worker", "--bootstrap", "h:1"], env)
+    assert from_env.detector_config().incident_quiet_s == 9.0
+    _, plain = parse_settings(["worker", "--bootstrap", "h:1"], {})
+    assert plain.detector_config() == DetectorConfig()
+    engine = default_engine_factory("single", 8, flag.detector_config())("job")
+    assert isinstance(engine, Analyzer) and engine.cfg.hang_min_s == 2.0
+    # a child worker started from these settings reads the same overrides
+    assert parse_settings(to_argv(flag), {})[1].detector == flag.detector
