@@ -21,11 +21,10 @@ from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_hosts import _intra_host_slowdown, score_whole_hosts
 from mycroft.streams.core.rca_slow import (
-    _intra_host_slowdown,
     _late_scores,
     _merge_nic_mates,
-    _score_whole_hosts,
     explain_slowdown,
 )
 from mycroft.streams.core.scoring import HOSTWIDE_CONF, MIN_TIMING_OPS
@@ -93,19 +92,19 @@ def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
     late = {r: 50.0 * MS for r in range(4, 8)}
     suspects: dict[int, Suspect] = {}
     slow_h1, slow_none = _intra_stats(1), _intra_stats(None)
-    reps = _score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
+    reps = score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
     assert len(reps) == 1 and list(suspects) == list(reps)
     assert suspects[next(iter(reps))].best[0] is Component.GPU
     # Intra-host collectives not slower: the host waits on another host.
     suspects = {}
-    assert not _score_whole_hosts(ctx, suspects, late, slow_none, 100.0 * MS)
+    assert not score_whole_hosts(ctx, suspects, late, slow_none, 100.0 * MS)
     # Its own flows already explain it (G/T/D first).
     suspects = {5: Suspect(5)}
     suspects[5].add(Rule.FROZEN_READY_NOT_SENT, "G>T", score=2.0)
-    assert not _score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
+    assert not score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
     # Lateness led by a few ranks of the host is not host-wide.
     uneven = late | {4: 5.0 * MS}
-    assert not _score_whole_hosts(ctx, {}, uneven, slow_h1, 100.0 * MS)
+    assert not score_whole_hosts(ctx, {}, uneven, slow_h1, 100.0 * MS)
 
 
 def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
@@ -122,7 +121,7 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
             begin = [seq * 100 * MS + (4 * MS if r == 6 else 0) for r in ranks]
             one_slow.append(_stat(0x100 + h, seq, ranks, begin, [MS] * PER_HOST))
     suspects: dict[int, Suspect] = {}
-    assert _score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
+    assert score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
     assert "rank 6 starts last by 4.0 ms" in suspects[6].reasons[0]
     # A lead just above the late floor creeps into the rank's own lateness
     # baseline; the leader must not vanish once it has.
@@ -131,9 +130,9 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
         crept.observe(4 * MS, ctx.cfg, ctx.cfg.late_floor_s * 1e9)
     assert crept.stats()[0] == 4 * MS
     suspects = {}
-    assert _score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
+    assert score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
     suspects = {}
-    (rep,) = _score_whole_hosts(ctx, suspects, late, _intra_stats(1), 100.0 * MS)
+    (rep,) = score_whole_hosts(ctx, suspects, late, _intra_stats(1), 100.0 * MS)
     assert suspects[rep].reasons[0].endswith("host-wide GPU load")
 
 
