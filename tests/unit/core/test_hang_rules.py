@@ -20,13 +20,12 @@ from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.graph import OpFlows, _data_edges, terminal_groups
+from mycroft.streams.core.hang_in_op import frozen_ready_not_sent, score_in_op
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_hang import (
-    _score_in_op,
     _score_lost,
     _score_order_cycle,
     _score_unresolved,
-    frozen_ready_not_sent,
 )
 from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
@@ -133,7 +132,7 @@ def test_unconsumed_input_behind_blocked_output_is_not_a_gpu_hang():
         return suspects.setdefault(r, Suspect(r))
 
     for r in (1, 2):
-        _score_in_op(blame(r), flows, {1, 2}, gt, present, blame, ctx.topo)
+        score_in_op(blame(r), flows, {1, 2}, gt, present, blame, ctx.topo)
     # rank 1 holds input it cannot turn into output (its send to 2 is stuck):
     # no GPU verdict; rank 2's NIC carries the blame.
     assert Component.GPU not in suspects[1].scores
@@ -156,7 +155,7 @@ def test_a_frozen_send_the_receiver_posted_no_buffer_for_waits_on_the_receiver()
         def blame(r: int) -> Suspect:
             return suspects.setdefault(r, Suspect(r))
 
-        _score_in_op(blame(2), rows, {2}, gt, present, blame, ctx.topo)
+        score_in_op(blame(2), rows, {2}, gt, present, blame, ctx.topo)
         return {str(o.rule) for o in suspects[2].observations}
 
     assert "frozen_ready_not_sent" in score(flows)  # buffers posted: its NIC
@@ -191,13 +190,13 @@ def test_a_receiver_whose_data_never_arrived_is_not_a_kernel_that_never_ran():
         return suspects.setdefault(r, Suspect(r))
 
     present = {(r, DP, 9) for r in range(2)}
-    _score_in_op(blame(1), flows, {0, 1}, gt, present, blame, ctx.topo)
+    score_in_op(blame(1), flows, {0, 1}, gt, present, blame, ctx.topo)
     assert "never_moved" not in suspects[1].rules
     # The same rank with a send of its own that never moved: not started.
     mine = flows.copy()
     mine["gpu_ready"][1], mine["dir"][1] = 0, SEND
     suspects.clear()
-    _score_in_op(blame(1), mine, {0, 1}, gt, present, blame, ctx.topo)
+    score_in_op(blame(1), mine, {0, 1}, gt, present, blame, ctx.topo)
     assert "never_moved" in suspects[1].rules
 
 
