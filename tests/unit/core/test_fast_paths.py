@@ -49,10 +49,10 @@ from mycroft.streams.core.flow_features import (
     flow_features,
 )
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.rca_hosts import _intra_host_slowdown
 from mycroft.streams.core.rca_slow import (
     PAIR_ROW,
     Lateness,
-    _intra_host_slowdown,
     _late_scores,
 )
 from mycroft.streams.core.rows import group_ids, group_medians
