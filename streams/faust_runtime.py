@@ -30,7 +30,7 @@ from mycroft.streams.core.rows import group_ids
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 17  # 17: incidents tracked apart (16: hold windows)
+SNAPSHOT_VERSION = 18  # 18: scoring in DetectorConfig.rca (17: incidents apart)
 MAX_ANOMALY_IDS = 2048
 
 

@@ -37,7 +37,6 @@ from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.rca_hang import explain_hang
 from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_slow import explain_slowdown
-from mycroft.streams.core.scoring import MIN_CULPRIT_CONFIDENCE
 
 REPORT_FRACTION = 0.5
 """A busy comm is reported once it made no progress for this share of the
@@ -226,9 +225,8 @@ class CommAnalyzer:
             culprits, evidence = explain_slowdown(
                 self.inner.ctx, recent, since, every_comm=False
             )
-            kept = [c for c in culprits if c.confidence >= MIN_CULPRIT_CONFIDENCE][
-                :MAX_CULPRITS
-            ]
+            floor = self.inner.ctx.cfg.rca.min_culprit_confidence
+            kept = [c for c in culprits if c.confidence >= floor][:MAX_CULPRITS]
             local = self._local[key] = _Local(
                 now_ns, 0, tuple(kept), tuple(evidence[:MAX_EVIDENCE])
             )

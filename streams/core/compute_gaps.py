@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mycroft.streams.core.completions import Members
+from mycroft.streams.core.collective_stat import Members
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
 
 GAP_RATIO = 1.2

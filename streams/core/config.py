@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from mycroft.streams.core.rca_config import RcaConfig, rca_with_overrides
 from mycroft.streams.core.scoring import PEERS
 
 
@@ -98,6 +99,7 @@ class DetectorConfig:
             root cause but are not sent, so one fault is not a flood.
         completion_timeout_s: A collective whose completions stay partial this
             long is dropped from the completion tracker.
+        rca: Root-cause scoring: rule weights and caps (``rca_config``).
     """
 
     hang_min_s: float = 1.5
@@ -135,6 +137,7 @@ class DetectorConfig:
     incident_quiet_s: float = 5.0
     incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0
+    rca: RcaConfig = field(default_factory=RcaConfig)
 
     def __post_init__(self) -> None:
         """Reject values no detector can work with; the error names the key."""
@@ -143,7 +146,7 @@ class DetectorConfig:
             if f.name in _NON_NEGATIVE:
                 if value < 0:
                     raise ValueError(f"detector {f.name} must be >= 0, got {value}")
-            elif value <= 0:
+            elif f.name != "rca" and value <= 0:
                 raise ValueError(f"detector {f.name} must be > 0, got {value}")
         for name in _RATIOS:
             if getattr(self, name) < 1:
@@ -189,6 +192,9 @@ def with_overrides(
 ) -> DetectorConfig:
     """``cfg`` with ``KEY=VALUE`` overrides: one per item, or comma-separated.
 
+    Keys ``rca.<key>`` set root-cause scoring (``rca_config.RcaConfig``):
+    ``rca.hostwide_conf=0.5``, ``rca.weight.slow_compute=2``.
+
     Raises:
         ValueError: an unknown key, a value not of the key's type, or a
             resulting config that ``__post_init__`` rejects; the message
@@ -197,14 +203,20 @@ def with_overrides(
     items = [assignments] if isinstance(assignments, str) else list(assignments)
     pairs = [a.strip() for item in items for a in item.split(",") if a.strip()]
     known = {f.name: type(getattr(cfg, f.name)) for f in fields(cfg)}
+    known.pop("rca")
     changes: dict[str, Any] = {}
+    rca: dict[str, str] = {}
     for pair in pairs:
         key, eq, text = pair.partition("=")
-        key = key.strip().replace("-", "_")
+        key = key.strip()
+        if eq and key.startswith(_RCA_PREFIX):
+            rca[key.removeprefix(_RCA_PREFIX)] = text
+            continue
+        key = key.replace("-", "_")
         if not eq or key not in known:
             raise ValueError(
                 f"detector override {pair!r} is not KEY=VALUE with a key of "
-                f"{', '.join(sorted(known))} (streams/core/config.py)"
+                f"{', '.join(sorted(known))} or rca.<key> (streams/core/config.py)"
             )
         kind = known[key]
         try:
@@ -214,4 +226,9 @@ def with_overrides(
                 f"detector {key} takes {'an integer' if kind is int else 'a number'}, "
                 f"got {text.strip()!r}"
             ) from None
+    if rca:
+        changes["rca"] = rca_with_overrides(cfg.rca, rca)
     return replace(cfg, **changes)
+
+
+_RCA_PREFIX = "rca."

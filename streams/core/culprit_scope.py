@@ -8,7 +8,7 @@ ranks into what they share, keeping the order of the strongest member:
 
 * ``nic`` culprits fold into one per NIC (host, device), scope ``nic``:
   ``ranks`` every rank behind the NIC, confidence the members' sum (at most
-  ``MAX_CONFIDENCE``);
+  ``RcaConfig.max_confidence``);
 * ``host`` culprits fold into one per host, scope ``host``: ``ranks`` every
   rank of the host, confidence as for a NIC;
 * a ``network`` culprit with a flow is scope ``link``: the flow
@@ -27,13 +27,15 @@ from dataclasses import replace
 
 from mycroft.schemas.records import Culprit
 from mycroft.schemas.vocab import Component
-from mycroft.streams.core.scoring import MAX_CONFIDENCE
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.topology import JobTopology
 
-__all__ = ["MAX_CONFIDENCE", "scope_culprits"]
 
-
-def scope_culprits(culprits: Sequence[Culprit], topo: JobTopology) -> list[Culprit]:
+def scope_culprits(
+    culprits: Sequence[Culprit],
+    topo: JobTopology,
+    max_confidence: float = DEFAULT_RCA.max_confidence,
+) -> list[Culprit]:
     """Fold NIC and host culprits per device; mark link culprits (see module)."""
     out: list[Culprit] = []
     folded: dict[tuple[str, str, str], int] = {}  # (scope, host, device) -> index
@@ -53,7 +55,7 @@ def scope_culprits(culprits: Sequence[Culprit], topo: JobTopology) -> list[Culpr
             out.append(_as_device(c, key, topo))
             continue
         top = out[at]
-        conf = min(MAX_CONFIDENCE, top.confidence + c.confidence)
+        conf = min(max_confidence, top.confidence + c.confidence)
         out[at] = replace(top, confidence=round(conf, 3))
     return out
 

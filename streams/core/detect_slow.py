@@ -20,7 +20,7 @@ from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, SEND, FaultKind
 from mycroft.streams.core.baseline import RobustBaseline, Verdict, size_buckets
 from mycroft.streams.core.baseline_columns import WARMUP, BaselineColumns, Observed
-from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, new_anomaly
 from mycroft.streams.core.flow_features import sent_and_posted

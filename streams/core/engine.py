@@ -41,7 +41,6 @@ from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_ports import port_failed
 from mycroft.streams.core.rca_slow import explain_slowdown
 from mycroft.streams.core.record_gate import RecordGate
-from mycroft.streams.core.scoring import MAX_CULPRITS, MIN_CULPRIT_CONFIDENCE
 from mycroft.streams.core.topology import JobTopology
 
 _OBSERVE_BLOCK = 50_000
@@ -256,8 +255,9 @@ class Analyzer:
             return hung
         since = inc.since_ns
         culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
-        kept = [c for c in culprits if c.confidence >= MIN_CULPRIT_CONFIDENCE]
-        return kept[:MAX_CULPRITS], ev
+        rca = self.cfg.rca
+        kept = [c for c in culprits if c.confidence >= rca.min_culprit_confidence]
+        return kept[: rca.max_culprits], ev
 
 
 __all__ = ["Analyzer", "DetectorConfig", "Finding", "Incident"]

@@ -17,7 +17,6 @@ import numpy as np
 
 from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.evidence import Rule
-from mycroft.streams.core.scoring import plus, unconsumed_score, weight
 from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 
@@ -207,7 +206,9 @@ def score_in_op(  # noqa: PLR0913, PLR0917 - the hang explainer hands in its sta
             Rule.FROZEN_READY_NOT_SENT,
             f"{n_local} send flow(s) frozen ready but not transmitted (G>T) "
             "to a receiver that is ready",
-            score=plus(Rule.FROZEN_READY_NOT_SENT, n_local / max(len(sends), 1)),
+            score=sus.rca.plus(
+                Rule.FROZEN_READY_NOT_SENT, n_local / max(len(sends), 1)
+            ),
         )
     into = gsend[
         (gsend["peer"] == r)
@@ -216,11 +217,11 @@ def score_in_op(  # noqa: PLR0913, PLR0917 - the hang explainer hands in its sta
         )
     ]
     if len(into):
-        share = weight(Rule.SENT_NOT_DONE_INTO) * len(into) / max(len(flows), 1)
+        share = sus.rca.weight(Rule.SENT_NOT_DONE_INTO) * len(into) / max(len(flows), 1)
         sus.add(
             Rule.SENT_NOT_DONE_INTO,
             f"{len(into)} peer send flow(s) to rank {r} transmitted, never done (T>D)",
-            score=plus(Rule.SENT_NOT_DONE_INTO, share),
+            score=sus.rca.plus(Rule.SENT_NOT_DONE_INTO, share),
         )
         if sus.flow is None:
             sus.flow = (int(into["rank"][0]), int(into["channel"][0]))
@@ -282,5 +283,5 @@ def score_in_op(  # noqa: PLR0913, PLR0917 - the hang explainer hands in its sta
                 Rule.UNCONSUMED_INPUT,
                 f"holds input it did not consume (arrived {got:.0%}, "
                 f"consumed {got - held:.0%}, produced {made:.0%}; G=T=D frozen)",
-                score=unconsumed_score(got, made, held),
+                score=sus.rca.unconsumed_score(got, made, held),
             )

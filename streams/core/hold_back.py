@@ -31,12 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mycroft.streams.core.completions import Members
+from mycroft.streams.core.collective_stat import Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.rows import group_ids, run_starts
-from mycroft.streams.core.scoring import plus
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspects
 
 HOLD_ROW = np.dtype(
     [
@@ -235,7 +234,7 @@ def _starts(groups: np.ndarray) -> np.ndarray:
 
 
 def score_holds(  # noqa: PLR0913, PLR0917 - the root cause's columns
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     mem: Members,
     usual: np.ndarray,
     floor: float,
@@ -255,10 +254,10 @@ def score_holds(  # noqa: PLR0913, PLR0917 - the root cause's columns
         if rank in skip or share < cfg.hold_share_min:
             continue
         named.add(rank)
-        suspects.setdefault(rank, Suspect(rank)).add(
+        suspects.at(rank).add(
             Rule.HOLDS_BACK,
             f"alone held {count} ops of a group back, {share:.0%} of its time "
             "beyond its usual lateness",
-            score=plus(Rule.HOLDS_BACK, share),
+            score=suspects.rca.plus(Rule.HOLDS_BACK, share),
         )
     return named

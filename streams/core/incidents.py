@@ -22,7 +22,8 @@ from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.culprit_scope import scope_culprits
-from mycroft.streams.core.scoring import HOSTWIDE_CONF, PEERS
+from mycroft.streams.core.rca_config import DEFAULT_RCA
+from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.topology import JobTopology
 
 Finding: TypeAlias = Anomaly | RootCause
@@ -89,29 +90,31 @@ def revise(
     *,
     again: bool,
     port_turn: bool = False,
+    cap: float = DEFAULT_RCA.hostwide_conf,
 ) -> Decision:
     """Whether ``proposed`` replaces the ``published`` answer, and why.
 
     ``again``: the previous round proposed the same answer (published or
     not); ``port_turn``: a port event overturns the published answer (see
-    ``Analyzer.port_turn``).
+    ``Analyzer.port_turn``); ``cap``: the confidence of a capped, revisable
+    answer (``RcaConfig.hostwide_conf``).
     """
     if published is None:
         return Decision.FIRST
     if proposed.same(published):
-        return Decision.FIRMED if _firmed(proposed, published) else Decision.KEEP
+        return Decision.FIRMED if _firmed(proposed, published, cap) else Decision.KEEP
     if proposed.kind != published.kind:
         return Decision.ESCALATED
-    if _better(proposed, published, again=again):
+    if _better(proposed, published, again=again, cap=cap):
         return Decision.BETTER
     return Decision.PORT_TURN if port_turn else Decision.KEEP
 
 
-def _better(proposed: Verdict, published: Verdict, *, again: bool) -> bool:
+def _better(proposed: Verdict, published: Verdict, *, again: bool, cap: float) -> bool:
     """Whether another answer of the same kind should revise the published one.
 
     A more confident top culprit does. So does one as confident when the
-    published answer was a capped one (``HOSTWIDE_CONF``) whose top culprit
+    published answer was a capped one (``cap``) whose top culprit
     is no longer named at all, and the same answer was proposed in the
     previous round too (``again``): its evidence is gone (an early, weak
     verdict on a few ms of noise, capped like the verdict that replaces it,
@@ -130,7 +133,7 @@ def _better(proposed: Verdict, published: Verdict, *, again: bool) -> bool:
         return False
     if _runner_up_alone(proposed, published):
         return True
-    if published.top_conf > HOSTWIDE_CONF or not published.keys:
+    if published.top_conf > cap or not published.keys:
         return False
     named = {(c.rank, c.component, c.peer, c.channel) for c in proposed.culprits}
     return published.keys[0] not in named and top >= published.top_conf
@@ -156,11 +159,11 @@ def _runner_up_alone(proposed: Verdict, published: Verdict) -> bool:
     )
 
 
-def _firmed(proposed: Verdict, published: Verdict) -> bool:
-    """Whether the same answer, published capped (``HOSTWIDE_CONF``), now
+def _firmed(proposed: Verdict, published: Verdict, cap: float) -> bool:
+    """Whether the same answer, published capped (``cap``), now
     stands uncapped: it is published again, so that readers see it confirmed
     and a later answer needs more than the cap to revise it."""
-    return published.top_conf <= HOSTWIDE_CONF < proposed.top_conf
+    return published.top_conf <= cap < proposed.top_conf
 
 
 def next_period(period_ns: int, kind: FaultKind, *, again: bool) -> int:
@@ -291,7 +294,11 @@ class IncidentTracker:
             and not proposed.same(published)
             and port_turn(culprits, inc)
         )
-        if revise(published, proposed, again=again, port_turn=turn) is Decision.KEEP:
+        rca = self.cfg.rca
+        decision = revise(
+            published, proposed, again=again, port_turn=turn, cap=rca.hostwide_conf
+        )
+        if decision is Decision.KEEP:
             return None
         inc.published, inc.kind, inc.revision = proposed, kind, inc.revision + 1
         return RootCause(
@@ -299,7 +306,7 @@ class IncidentTracker:
             revision=inc.revision,
             job_id=self.job_id,
             kind=kind,
-            culprits=tuple(scope_culprits(culprits, self.topo)),
+            culprits=tuple(scope_culprits(culprits, self.topo, rca.max_confidence)),
             evidence=tuple(evidence[:24]),
             anomaly_ids=tuple(
                 sorted(list(inc.anomalies)[: self.cfg.incident_max_anomalies])

@@ -39,12 +39,8 @@ from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import terminal_groups
 from mycroft.streams.core.incidents import Finding, Incident, IncidentTracker
-from mycroft.streams.core.scoring import (
-    MAX_CULPRITS,
-    MIN_CULPRIT_CONFIDENCE,
-    PEERS,
-    weight,
-)
+from mycroft.streams.core.rca_config import DEFAULT_RCA, RcaConfig
+from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.topology import JobTopology
 
 FOLLOW_SHARE = 0.5
@@ -102,7 +98,9 @@ def comm_wait_graph(
 
 
 def resolve_hang(
-    statuses: Sequence[CommStatus], symptom_comms: set[int]
+    statuses: Sequence[CommStatus],
+    symptom_comms: set[int],
+    rca: RcaConfig = DEFAULT_RCA,
 ) -> tuple[list[Culprit], list[Evidence]]:
     """Culprits (best first) and evidence of a hang from stalled-comm statuses.
 
@@ -110,6 +108,7 @@ def resolve_hang(
         statuses: The latest HANG statuses of every comm group of the job.
         symptom_comms: Comms named by the incident's anomalies (all stalled
             comms when none of them has a status).
+        rca: The caps and the order-deadlock weight.
     """
     by_comm = {st.comm: st for st in statuses}
     if not by_comm:
@@ -126,7 +125,7 @@ def resolve_hang(
     evidence: list[Evidence] = []
     for i, sink in enumerate(sinks):
         share = weight[i] / max(sum(weight.values()), 1)
-        for c in _sink_culprits(sink, by_comm, stuck):
+        for c in _sink_culprits(sink, by_comm, stuck, rca):
             key = (c.rank, c.component, c.peer, c.channel)
             score = c.confidence * share
             if key not in scored or score > scored[key][0]:
@@ -135,23 +134,30 @@ def resolve_hang(
     total = sum(sc for sc, _ in scored.values()) or 1.0
     ranked = sorted(scored.values(), key=lambda x: (-x[0], x[1].rank))
     culprits = [
-        replace(c, confidence=round(min(0.99, sc / total), 3)) for sc, c in ranked[:8]
+        replace(c, confidence=round(min(rca.max_confidence, sc / total), 3))
+        for sc, c in ranked[: rca.max_culprits]
     ]
     return culprits, evidence
 
 
 def _sink_culprits(
-    sink: set[int], by_comm: dict[int, CommStatus], stuck: dict[int, _Stuck]
+    sink: set[int],
+    by_comm: dict[int, CommStatus],
+    stuck: dict[int, _Stuck],
+    rca: RcaConfig,
 ) -> list[Culprit]:
     if len(sink) > 1:
-        order = _order_deadlock(sink, by_comm, stuck)
+        order = _order_deadlock(sink, by_comm, stuck, rca)
         if order:
             return order
     return [c for comm in sorted(sink) for c in by_comm[comm].culprits]
 
 
 def _order_deadlock(
-    sink: set[int], by_comm: dict[int, CommStatus], stuck: dict[int, _Stuck]
+    sink: set[int],
+    by_comm: dict[int, CommStatus],
+    stuck: dict[int, _Stuck],
+    rca: RcaConfig,
 ) -> list[Culprit]:
     """Comms waiting on each other: blame the ranks stuck in the minority comm."""
     classes: dict[int, list[int]] = {}
@@ -179,7 +185,7 @@ def _order_deadlock(
                 host=hosts.get(r, ""),
                 component=Component.HOST,
                 kind=FaultKind.HANG,
-                confidence=weight(Rule.COMM_ORDER_CYCLE) / len(ranks),
+                confidence=rca.weight(Rule.COMM_ORDER_CYCLE) / len(ranks),
                 reason=f"order deadlock: rank {r} is stuck in comm {comm_hex(comm)} "
                 f"while ranks {sorted(classes[major])[:8]} are stuck in comm "
                 f"{comm_hex(major)}; each waits in an op the other side never issued",
@@ -395,9 +401,9 @@ class JobResolver:
         anomalies = list(inc.anomalies.values())
         if kind is FaultKind.HANG:
             symptom = {c for a in anomalies for c in a.comms}
-            culprits, evidence = resolve_hang(statuses, symptom)
+            culprits, evidence = resolve_hang(statuses, symptom, self.cfg.rca)
         else:
-            culprits = merge_culprits(statuses, self.topo)[:MAX_CULPRITS]
+            culprits = merge_culprits(statuses, self.topo)[: self.cfg.rca.max_culprits]
             evidence = [e for st in statuses for e in st.evidence]
         done, groups = self.caught_up(inc)
         if done < groups:
@@ -411,7 +417,8 @@ class JobResolver:
                 Evidence(f"resolved with {done} of {groups} comm groups up to date")
             )
         if kind is FaultKind.SLOWDOWN:
-            culprits = [c for c in culprits if c.confidence >= MIN_CULPRIT_CONFIDENCE]
+            floor = self.cfg.rca.min_culprit_confidence
+            culprits = [c for c in culprits if c.confidence >= floor]
         return culprits, evidence
 
 

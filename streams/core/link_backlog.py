@@ -29,8 +29,8 @@ from mycroft.streams.core.link_blame import (
     drains_into_one_gpu,
     weights,
 )
-from mycroft.streams.core.scoring import AMBIGUOUS_END, MAJORITY, PEERS, link_score
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.scoring import MAJORITY, PEERS
+from mycroft.streams.core.suspect import Suspects
 
 
 def _one_gpu_behind(
@@ -65,11 +65,11 @@ def _one_gpu_behind(
 
 def score_backlog(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flows: list[FlowFeatures],
     backlog: list[LinkFlag],
 ) -> None:
-    topo = ctx.topo
+    topo, rca = ctx.topo, suspects.rca
     if drains_into_one_gpu(
         ctx, suspects, backlog, Rule.PCIE_BACKLOG, "ready-not-sent backlog (G-T)"
     ):
@@ -131,7 +131,7 @@ def score_backlog(
                 flows,
                 topo.ranks_on_nic(out_of[0][0].rank),
                 rule=rule,
-                score=link_score(rule, most),
+                score=rca.link_score(rule, most),
                 why=f"{most} of {len(backlog)} cross-host flows with a "
                 f"ready-not-sent backlog (G-T) go through NIC {nic[1]} of "
                 f"{nic[0]}, {len(out_of)} sent by it"
@@ -148,13 +148,15 @@ def score_backlog(
             rank = next(iter(into))
             # A pair's receiving end alone, its sender cleared, has no rival.
             sure = ends is not None and not ends.send
-            share = 1.0 if sure or not (tied or len(senders) < PEERS) else AMBIGUOUS_END
-            suspects.setdefault(rank, Suspect(rank)).add(
+            share = (
+                1.0 if sure or not (tied or len(senders) < PEERS) else rca.ambiguous_end
+            )
+            suspects.at(rank).add(
                 Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
                 "a ready-not-sent backlog (G-T) while its NIC mate receives "
                 "normally: its receive path (PCIe) does not drain",
-                score=link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
+                score=rca.link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
             )
         else:
             blame_flow(
@@ -164,8 +166,8 @@ def score_backlog(
                 flows,
                 sorted(into),
                 rule=Rule.NIC_RECEIVE_BACKLOG,
-                score=link_score(Rule.NIC_RECEIVE_BACKLOG, most)
-                * (AMBIGUOUS_END if tied else 1.0),
+                score=rca.link_score(Rule.NIC_RECEIVE_BACKLOG, most)
+                * (rca.ambiguous_end if tied else 1.0),
                 why=f"{most} cross-host flows into both GPUs of NIC {nic[1]} "
                 f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
                 "not take data in",

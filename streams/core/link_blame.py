@@ -17,13 +17,8 @@ from mycroft.streams.core.backlog_receiver import common_receiver
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures
-from mycroft.streams.core.scoring import (
-    AMBIGUOUS_END,
-    PROXY_FREEZE_EPISODES,
-    WEIGHTS,
-    link_score,
-)
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.scoring import PROXY_FREEZE_EPISODES, WEIGHTS
+from mycroft.streams.core.suspect import Suspects
 
 K = TypeVar("K")
 
@@ -48,7 +43,7 @@ def weights(
 
 def blame_flow(  # noqa: PLR0913 - the rule, its score and its words
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flags: list[LinkFlag],
     flows: list[FlowFeatures],
     ranks: Sequence[int],
@@ -88,7 +83,7 @@ def blame_flow(  # noqa: PLR0913 - the rule, its score and its words
     if nic and rank == flow.rank and 0 < flow.episodes <= PROXY_FREEZE_EPISODES:
         rule = Rule.PROXY_FREEZE
         why += f"; T froze in {flow.episodes} long episode(s): the send proxy"
-    sus = suspects.setdefault(rank, Suspect(rank))
+    sus = suspects.at(rank)
     sus.add(rule, why, score=score, flow=(peer, flow.channel))
     sus.flow = (peer, flow.channel)
 
@@ -101,7 +96,7 @@ two senders' hosts and the two receivers' hosts alike)."""
 
 def drains_into_one_gpu(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flags: list[LinkFlag],
     rule: Rule,
     gap: str,
@@ -112,19 +107,19 @@ def drains_into_one_gpu(
     rx = common_receiver(ctx.topo, flags)
     if rx is None:
         return False
-    suspects.setdefault(rx.rank, Suspect(rx.rank)).add(
+    suspects.at(rx.rank).add(
         rule,
         f"{rx.flows} flows into rank {rx.rank} from {rx.senders} NICs hold "
         f"{rx.share:.0%} of the {gap} while its NIC mates receive normally: "
         "its receive path (PCIe) does not drain",
-        score=link_score(rule, rx.flows),
+        score=suspects.rca.link_score(rule, rx.flows),
     )
     return True
 
 
 def blame_hosts(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flags: list[LinkFlag],
     flows: list[FlowFeatures],
     *,
@@ -142,6 +137,7 @@ def blame_hosts(
         (h for h, (n, _, _) in hosts.items() if n == most),
         key=lambda h: (-hosts[h][1], -hosts[h][2], h),
     )
+    rca = suspects.rca
     for i, host in enumerate(tops[:TIED_HOSTS]):
         blame_flow(
             ctx,
@@ -150,6 +146,6 @@ def blame_hosts(
             flows,
             ctx.topo.ranks_on_host(host),
             rule=rule,
-            score=link_score(rule, len(flags)) * (AMBIGUOUS_END if i else 1.0),
+            score=rca.link_score(rule, len(flags)) * (rca.ambiguous_end if i else 1.0),
             why=why(host, most),
         )

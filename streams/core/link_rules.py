@@ -35,11 +35,7 @@ from mycroft.streams.core.link_blame import (
     drains_into_one_gpu,
     weights,
 )
-from mycroft.streams.core.scoring import (
-    AMBIGUOUS_END,
-    link_score,
-)
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspects
 
 
 def _flag_gaps(
@@ -101,7 +97,7 @@ def _beyond_chance(ops: Sequence[float], cut: float, rate: float, alpha: float) 
 
 def score_links(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flows: list[FlowFeatures],
 ) -> None:
     """G/T/D over cross-host flows, attributed to the part they share.
@@ -134,7 +130,7 @@ def score_links(
 
 def _score_lag(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     flows: list[FlowFeatures],
     lag: list[LinkFlag],
 ) -> None:
@@ -167,6 +163,7 @@ def _score_lag(
         if _host_mate_clean(ctx, k, lag, flows)
         and _every_gpu_lags(ctx, k, lag, flows, sending=nics[k][1] > 0)
     ]
+    rca = suspects.rca
     for i, nic in enumerate(named):
         ends = [f.rank if topo.nic_key(f.rank) == nic else f.peer for f, _ in lag]
         blame_flow(
@@ -176,7 +173,8 @@ def _score_lag(
             flows,
             topo.ranks_on_nic(ends[0]),
             rule=Rule.NIC_TD_LAG,
-            score=link_score(Rule.NIC_TD_LAG, len(lag)) * (AMBIGUOUS_END if i else 1.0),
+            score=rca.link_score(Rule.NIC_TD_LAG, len(lag))
+            * (rca.ambiguous_end if i else 1.0),
             why=f"all {len(lag)} cross-host flows with a transmitted-not-done "
             f"lag (T-D) go through NIC {nic[1]} of {nic[0]}, "
             f"{nics[nic][1]} sent by it, while another NIC of {nic[0]} moves "

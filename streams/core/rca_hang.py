@@ -13,7 +13,7 @@ transmitted, done of the frozen flows):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import networkx as nx
 import numpy as np
@@ -32,7 +32,7 @@ from mycroft.streams.core.hang_in_op import (
 )
 from mycroft.streams.core.rca_ports import nominate_far_ends, score_port_events
 from mycroft.streams.core.scoring import PEERS
-from mycroft.streams.core.suspect import Suspect, rank_suspects
+from mycroft.streams.core.suspect import Suspect, Suspects, rank_suspects
 from mycroft.streams.core.topology import JobTopology
 
 FIRST_STOP_LEAD_NS = 5_000_000
@@ -104,7 +104,7 @@ def _in_op(ctx: DetectContext, rank: int) -> bool:
 
 def _score_unresolved(  # noqa: PLR0913, PLR0917 - private helper of one module
     group: set[int],
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     unstarted: set[int],
     blame: Callable[[int], Suspect],
     flows: np.ndarray,
@@ -169,7 +169,7 @@ def _buffers_offered(
     return live, dead
 
 
-def _first_stop_bonus(suspects: dict[int, Suspect], flows: np.ndarray) -> None:
+def _first_stop_bonus(suspects: Mapping[int, Suspect], flows: np.ndarray) -> None:
     stops: dict[int, int] = {}
     open_moved = flows[(flows["done"] < flows["total"]) & moved_data(flows)]
     for r in suspects:
@@ -261,7 +261,7 @@ def explain_hang(
     flows = ctx.store.latest_flows()
     s = ctx.store.slots
     busy_ranks = set(s["rank"][s["issued"] > s["done"]].tolist())
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(ctx.cfg.rca)
     evidence: list[Evidence] = []
     gt_mask = frozen_ready_not_sent(flows, int(ctx.cfg.hang_min_s * 1e9 / 2))
     present = in_op_keys(flows)
@@ -269,7 +269,7 @@ def explain_hang(
     unstarted = set(flows["rank"].tolist()) - moved
 
     def blame(rank: int) -> Suspect:
-        return suspects.setdefault(rank, Suspect(rank))
+        return suspects.at(rank)
 
     for group in groups:
         if (
@@ -279,7 +279,7 @@ def explain_hang(
         ):
             continue  # an idle rank nobody waits on is no suspect
         for r in sorted(group):
-            sus = suspects.setdefault(r, Suspect(r))
+            sus = suspects.at(r)
             if r in lost:
                 _score_lost(ctx, sus, lost_info[r][0], flows, lost)
             elif r not in busy_ranks:
@@ -311,9 +311,7 @@ def explain_hang(
     return rank_suspects(ctx.topo, suspects, FaultKind.HANG), evidence
 
 
-def _chain(
-    g: nx.DiGraph, start: set[int], suspects: dict[int, Suspect]
-) -> list[Evidence]:
+def _chain(g: nx.DiGraph, start: set[int], suspects: Suspects) -> list[Evidence]:
     out: list[Evidence] = []
     for target in sorted(suspects)[:3]:
         for src in sorted(start):

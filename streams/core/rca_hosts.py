@@ -16,12 +16,12 @@ import numpy as np
 
 from mycroft.schemas.vocab import Component
 from mycroft.streams.core.baseline import outliers, size_buckets
-from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.rows import group_ids, group_medians
-from mycroft.streams.core.scoring import MAJORITY, PEERS, timing_score
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.scoring import MAJORITY, PEERS
+from mycroft.streams.core.suspect import Suspects
 
 
 def _intra_host_slowdown(
@@ -74,7 +74,7 @@ def _intra_host_slowdown(
 
 def score_whole_hosts(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     late: dict[int, float],
     stats: Sequence[CollectiveStat],
     span: float,
@@ -139,10 +139,12 @@ def score_whole_hosts(
                 f"inside them rank {rep} starts last by {lead / 1e6:.1f} ms: "
                 "its GPU holds the host back"
             )
-        suspects.setdefault(rep, Suspect(rep)).add(
+        suspects.at(rep).add(
             Rule.HOST_WIDE_LATE,
             why,
-            score=timing_score(Rule.HOST_WIDE_LATE, mean, span, capped=True),
+            score=suspects.rca.timing_score(
+                Rule.HOST_WIDE_LATE, mean, span, capped=True
+            ),
         )
         if rep not in singles:
             reps.add(rep)

@@ -8,7 +8,7 @@ from mycroft.schemas.records import Anomaly, Culprit, Evidence
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
-from mycroft.streams.core.scoring import MAJORITY, MISMATCH_PAIR_CONF, weight
+from mycroft.streams.core.scoring import MAJORITY
 
 
 def explain_mismatch(
@@ -18,13 +18,16 @@ def explain_mismatch(
 
     Confidence is lower when the comm has two members (no majority exists).
     """
+    rca = ctx.cfg.rca
     culprits: list[Culprit] = []
     evidence: list[Evidence] = []
     for a in sorted(anomalies, key=lambda a: a.onset_ns):
         comm = a.comms[0] if a.comms else None
         size = len(ctx.topo.members(comm)) if comm is not None else 0
         conf = (
-            weight(Rule.MISMATCH_MINORITY) if size >= MAJORITY else MISMATCH_PAIR_CONF
+            rca.weight(Rule.MISMATCH_MINORITY)
+            if size >= MAJORITY
+            else rca.mismatch_pair_conf
         )
         evidence.append(Evidence(a.summary, comm=comm))
         for r in a.ranks:

@@ -26,7 +26,7 @@ from mycroft.schemas.vocab import Component
 from mycroft.streams.core.detect_ports import nic_ranks
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.ports import PortEvents
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspects
 
 if TYPE_CHECKING:  # rca_hang and rca_slow call in here
     from mycroft.streams.core.detect import DetectContext
@@ -42,9 +42,7 @@ reads down in the first heartbeat after it went (1 s), and a link that goes
 down shortly before the first slow op is the usual order."""
 
 
-def score_port_events(
-    ctx: DetectContext, suspects: dict[int, Suspect], since_ns: int
-) -> None:
+def score_port_events(ctx: DetectContext, suspects: Suspects, since_ns: int) -> None:
     """Move link blame to the suspects whose NIC port went down or flapped
     since ``since_ns - PORT_LEAD_NS`` (nothing changes when none did)."""
     events: dict[int, PortEvents] = {}
@@ -75,7 +73,7 @@ def score_port_events(
 
 
 def nominate_flapping_ports(
-    ctx: DetectContext, suspects: dict[int, Suspect], since_ns: int
+    ctx: DetectContext, suspects: Suspects, since_ns: int
 ) -> None:
     """Suspect the NIC of each rank behind a port that kept going down since
     ``since_ns - PORT_LEAD_NS`` (``detect_ports``' rule), so that port
@@ -88,7 +86,7 @@ def nominate_flapping_ports(
         if start_ns < since_ns - PORT_LEAD_NS - window_ns:
             continue
         for r in nic_ranks(ctx, host, nic):
-            sus = suspects.setdefault(r, Suspect(r))
+            sus = suspects.at(r)
             if not any(c in sus.scores for c in DATA_PATH):
                 sus.add(
                     Rule.PORT_FLAPPING,
@@ -114,7 +112,7 @@ def _what(ev: PortEvents) -> str:
 
 
 def nominate_far_ends(
-    ctx: DetectContext, suspects: dict[int, Suspect], flows: np.ndarray, since_ns: int
+    ctx: DetectContext, suspects: Suspects, flows: np.ndarray, since_ns: int
 ) -> None:
     """Make the suspects of a hang and the cross-host peers of their open
     flows (``flows``: the latest flow rows) NIC candidates when their port
@@ -135,4 +133,4 @@ def nominate_far_ends(
             continue
         host, nic = topo.nic_key(rank)
         if ctx.store.ports.events(host, nic, since_ns - PORT_LEAD_NS):
-            suspects.setdefault(rank, Suspect(rank)).consider(Component.NIC)
+            suspects.at(rank).consider(Component.NIC)

@@ -34,7 +34,7 @@ import numpy as np
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.vocab import RECV, Component, FaultKind
 from mycroft.streams.core.baseline import outliers
-from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import SlowCompute, compute_gaps, slow_computers
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
@@ -44,15 +44,8 @@ from mycroft.streams.core.link_rules import score_links
 from mycroft.streams.core.rca_hosts import score_whole_hosts
 from mycroft.streams.core.rca_ports import nominate_flapping_ports, score_port_events
 from mycroft.streams.core.rows import group_ids, group_medians, run_starts
-from mycroft.streams.core.scoring import (
-    HOSTWIDE_CONF,
-    MIN_TIMING_OPS,
-    PEERS,
-    READY_BEHIND_BONUS,
-    plus,
-    timing_score,
-)
-from mycroft.streams.core.suspect import Suspect, explain_away, rank_suspects
+from mycroft.streams.core.scoring import PEERS
+from mycroft.streams.core.suspect import Suspects, explain_away, rank_suspects
 
 
 def _waited_on_transfers(
@@ -260,7 +253,7 @@ def explain_slowdown(
             the time between a rank's ops there spans its ops (and waits) in
             comms it does not see, so compute gaps are not read.
     """
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(ctx.cfg.rca)
     evidence: list[Evidence] = []
     hist = ctx.store.flow_history(since_ns)
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
@@ -309,7 +302,8 @@ def explain_slowdown(
         # every step too, before the flows that name the cause accumulate.
         usual = _late_medians(ctx, np.repeat(mem.comm, mem.size), mem.rank)
         weak |= score_holds(suspects, mem, usual, floor, ctx.cfg, early)
-    weak |= {r for r in suspects if ops.get(r, 0) < MIN_TIMING_OPS}
+    rca = suspects.rca
+    weak |= {r for r in suspects if ops.get(r, 0) < rca.min_timing_ops}
     explain_away(suspects)
     for st in list(stats)[-3:]:
         evidence.append(
@@ -329,9 +323,9 @@ def explain_slowdown(
     # (without flow counters, e.g. on gloo, a neighbour of a straggler can
     # finish last before the straggler's own late arrivals are counted):
     # their confidence is capped so that a later, better-founded culprit can
-    # revise them. So is a timing verdict on fewer than MIN_TIMING_OPS ops.
+    # revise them. So is a timing verdict on fewer than min_timing_ops ops.
     ranked = [
-        replace(c, confidence=min(c.confidence, HOSTWIDE_CONF))
+        replace(c, confidence=min(c.confidence, rca.hostwide_conf))
         if (c.rank in hostwide and c.component is Component.GPU)
         or (c.rank in weak and c.component in (Component.GPU, Component.PCIE))
         else c
@@ -366,7 +360,7 @@ def _receive_reporters(ctx: DetectContext, hist: np.ndarray) -> np.ndarray:
     )
 
 
-def _merge_nic_mates(ctx: DetectContext, suspects: dict[int, Suspect]) -> None:
+def _merge_nic_mates(ctx: DetectContext, suspects: Suspects) -> None:
     """GPUs sharing a NIC are one NIC: their link scores (nic / proxy /
     network) go to the mate with the strongest one instead of splitting the
     confidence between equally attached ranks."""
@@ -405,7 +399,7 @@ def _symptom_floor(
 
 def _score_timing(  # noqa: PLR0917 - private helper of one module
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     lateness: tuple[dict[int, float], dict[int, float]],
     end_lag: dict[int, float],
     early: set[int],
@@ -444,24 +438,24 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         }
         weak.update(late_out)
     for r, excess in ({} if slow else late_out).items():  # else scored above
-        sus = suspects.setdefault(r, Suspect(r))
+        sus = suspects.at(r)
         mates = ctx.topo.ranks_on_host(ctx.topo.host_of(r))
         whole = len(mates) > 1 and all(m in late_out for m in mates)
         sus.add(
             Rule.LATE_ARRIVAL,
             f"arrives {excess / 1e6:.1f} ms late"
             + (" with every rank of its host" if whole else ""),
-            score=timing_score(Rule.LATE_ARRIVAL, excess, span),
+            score=suspects.rca.timing_score(Rule.LATE_ARRIVAL, excess, span),
         )
     ready = {f.rank: f.ready for f in flows}
     deficit = {r: -v for r, v in ready.items()}
     for r, d in outliers(deficit, 0.1).items():
         if r not in late_out:
-            suspects.setdefault(r, Suspect(r)).add(
+            suspects.at(r).add(
                 Rule.READY_LAGS,
                 f"gpu_ready lags peers by {d:.0%} of the op "
                 "while it issues on time (copies late)",
-                score=plus(Rule.READY_LAGS, d),
+                score=suspects.rca.plus(Rule.READY_LAGS, d),
             )
     lag_out = outliers(end_lag, floor)
     for r, excess in lag_out.items():
@@ -472,13 +466,15 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
         behind = r in ready and others and ready[r] < float(np.median(others)) - 0.05
         if not (behind or founded) and late_out:
             continue  # who finishes last behind a late arrival is ring order
-        sus = suspects.setdefault(r, Suspect(r))
-        bonus = READY_BEHIND_BONUS if behind else 0.0
+        sus = suspects.at(r)
+        bonus = suspects.rca.ready_behind_bonus if behind else 0.0
         sus.add(
             Rule.FINISHES_LAST,
             f"issues on time but finishes {excess / 1e6:.1f} ms after the median"
             + ("; gpu_ready lags peers" if behind else ""),
-            score=timing_score(Rule.FINISHES_LAST, excess, span, bonus=bonus),
+            score=suspects.rca.timing_score(
+                Rule.FINISHES_LAST, excess, span, bonus=bonus
+            ),
         )
         if not (behind or founded):
             weak.add(r)
@@ -487,7 +483,7 @@ def _score_timing(  # noqa: PLR0917 - private helper of one module
 
 def _score_slow_compute(
     ctx: DetectContext,
-    suspects: dict[int, Suspect],
+    suspects: Suspects,
     slow: Sequence[SlowCompute],
     worst: dict[int, float],
     span: float,
@@ -518,9 +514,9 @@ def _score_slow_compute(
             why = f"ranks {sorted(s.rank for s in mine)} of host {host}: " + why
             why += " (host-wide GPU load)"
         lead = max(worst.get(s.rank, 0.0) for s in mine)
-        suspects.setdefault(rep, Suspect(rep)).add(
+        suspects.at(rep).add(
             Rule.SLOW_COMPUTE,
             why,
-            score=timing_score(Rule.SLOW_COMPUTE, lead, span, capped=True),
+            score=suspects.rca.timing_score(Rule.SLOW_COMPUTE, lead, span, capped=True),
         )
     return {s.rank: worst.get(s.rank, 0.0) for s in slow}

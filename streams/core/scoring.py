@@ -5,19 +5,22 @@ a suspect rank; a suspect's culprit is its highest-scored component, and
 its confidence that score's share of all suspects' best scores
 (``suspect.rank_suspects``). ``WEIGHTS`` is the one table of those scores.
 A rule whose score grows with what it saw keeps its base weight here and
-its formula below (``link_score``, ``timing_score``, ...).
+its formula in ``RcaConfig`` (``link_score``, ``timing_score``, ...).
 
 Two rules do not add: ``FIRST_TO_STOP`` adds to whichever component already
 leads the suspect, and ``PORT_STAYED_UP`` multiplies the suspect's data-path
 scores. ``MISMATCH_MINORITY`` and ``COMM_ORDER_CYCLE`` name culprits
 directly: their weight is a confidence, split among the ranks named.
 
+The weights here are defaults: ``rca_config.RcaConfig`` may override any
+of them, and holds the caps and the formulas (``link_score``,
+``timing_score``, ...) that read them.
+
 ``streams/core/README.md`` lists the table (a unit test keeps it in step).
 """
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from mycroft.schemas.vocab import Component
@@ -180,83 +183,12 @@ PROXY_FREEZE_EPISODES = 2
 proxy (a thread descheduled once or twice); a link that flaps freezes T
 again and again."""
 
-MIN_CULPRIT_CONFIDENCE = 0.2
-"""Slowdown culprits below it are left out of an answer: every large job has
-small timing suspects (a rank a few ms late in one group) sharing what the
-real culprit leaves of the confidence."""
-
-# Caps and shares.
-
-MAX_CONFIDENCE = 0.99
-"""Highest confidence of any culprit: the rules never claim certainty."""
-
-MAX_CULPRITS = 8
-"""Culprits kept per root cause, best first."""
-
-REASONS_SHOWN = 3
-"""Reasons of a suspect joined into its culprit's reason."""
-
-HOSTWIDE_CONF = 0.6
-"""Highest confidence of a culprit named by the whole-host timing rule, by
-lateness in one group only, or by finishing last alone (a pcie verdict with
-no flow or ready evidence)."""
-
-MIN_TIMING_OPS = 3
-"""A timing verdict (gpu or pcie) on fewer of the rank's ops since the onset
-is capped at ``HOSTWIDE_CONF``: one late op, seen before any flow evidence,
-is the only suspect and would otherwise get 0.99 (a rank 6 ms late once,
-0.2 s into a switch congestion that its flows name 6 s later)."""
-
-AMBIGUOUS_END = 0.8
-"""Weight of the far end of flagged flows when it is tied with the sending
-NIC (one NIC pair or one sender-receiver pair): Table 4 reads G>T as the
-sender's NIC first, but only more flows can tell the two ends apart."""
-
-MISMATCH_PAIR_CONF = 0.5
-"""Confidence of a mismatch in a comm of two (no majority exists)."""
-
-UNCONSUMED_SURPLUS = 4.0
-"""``UNCONSUMED_INPUT``: weight of input received beyond output produced."""
-
-READY_BEHIND_BONUS = 0.4
-"""``FINISHES_LAST``: added when the rank's gpu_ready lags its peers'."""
-
-SPAN_SHARE_CAP = 1.0
-"""Most that lateness over the op span adds to a capped timing score."""
-
-
-def component(rule: Rule) -> Component | None:
-    """The component ``rule`` scores (None: see the module docstring)."""
-    return WEIGHTS[rule].component
-
-
-def weight(rule: Rule) -> float:
-    """The base weight of ``rule``."""
-    return WEIGHTS[rule].weight
-
-
-def plus(rule: Rule, extra: float) -> float:
-    """``rule``'s weight plus ``extra`` (a share it saw)."""
-    return weight(rule) + extra
-
-
-def link_score(rule: Rule, n: int) -> float:
-    """Score of a link verdict that explains ``n`` flagged flows: more flows,
-    more confidence (a revision needs a more confident answer)."""
-    w = weight(rule)
-    return w + w * math.log2(1 + n)
-
-
-def timing_score(
-    rule: Rule, late: float, span: float, *, bonus: float = 0.0, capped: bool = False
-) -> float:
-    """``rule``'s weight plus ``bonus`` plus lateness ``late`` over the op
-    ``span`` (ns), that share at most ``SPAN_SHARE_CAP`` when ``capped``."""
-    share = late / max(span, 1.0)
-    return weight(rule) + bonus + (min(SPAN_SHARE_CAP, share) if capped else share)
-
-
-def unconsumed_score(got: float, made: float, held: float) -> float:
-    """``UNCONSUMED_INPUT``: input received beyond output produced, and the
-    share of input held (shares of the op's bytes)."""
-    return weight(Rule.UNCONSUMED_INPUT) + UNCONSUMED_SURPLUS * (got - made) + held
+SHARE_RULES = frozenset(
+    {
+        Rule.PORT_STAYED_UP,
+        Rule.EXPLAINED_AWAY,
+        Rule.MISMATCH_MINORITY,
+        Rule.COMM_ORDER_CYCLE,
+    }
+)
+"""Rules whose weight is a share of other scores or a confidence: at most 1."""

@@ -1,27 +1,22 @@
 """Suspects: what the rules observed against each rank, ranked into culprits.
 
 A ``Suspect`` sums, per component, the scores its rules add (weights from
-``scoring.WEIGHTS``) and keeps each ``Observation``; ``rank_suspects`` turns
-suspects into culprits, best first, each carrying the rules behind it.
+``scoring.WEIGHTS``, as ``RcaConfig`` sets them) and keeps each
+``Observation``; ``Suspects`` holds one root cause's suspects and its
+``RcaConfig``; ``rank_suspects`` turns them into culprits, best first, each
+carrying the rules behind it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mycroft.schemas.records import Culprit
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.evidence import Observation, Rule
-from mycroft.streams.core.scoring import (
-    DIRECT_RULES,
-    FLOW_RULES,
-    MAX_CONFIDENCE,
-    MAX_CULPRITS,
-    REASONS_SHOWN,
-    WEIGHTS,
-    weight,
-)
+from mycroft.streams.core.rca_config import DEFAULT_RCA, RcaConfig
+from mycroft.streams.core.scoring import DIRECT_RULES, FLOW_RULES, WEIGHTS
 from mycroft.streams.core.topology import JobTopology
 
 FLOW_COMPONENTS = (Component.NIC, Component.NETWORK, Component.PROXY)
@@ -30,9 +25,10 @@ FLOW_COMPONENTS = (Component.NIC, Component.NETWORK, Component.PROXY)
 
 @dataclass
 class Suspect:
-    """Accumulated evidence against one rank."""
+    """Accumulated evidence against one rank, scored by ``rca``."""
 
     rank: int
+    rca: RcaConfig = field(default=DEFAULT_RCA, repr=False, compare=False)
     scores: dict[Component, float] = field(default_factory=dict)
     flow: tuple[int, int] | None = None  # (peer, channel)
     reasons: list[str] = field(default_factory=list)
@@ -52,7 +48,7 @@ class Suspect:
         comp = WEIGHTS[rule].component if component is None else component
         if comp is None:
             raise ValueError(f"rule {rule} needs the component it adds to")
-        value = weight(rule) if score is None else score
+        value = self.rca.weight(rule) if score is None else score
         self.scores[comp] = self.scores.get(comp, 0.0) + value
         self.reasons.append(reason)
         self.observations.append(self._observe(rule, comp, value, reason, flow))
@@ -68,9 +64,10 @@ class Suspect:
         if comp is None:
             raise ValueError(f"rule {rule} has no component to fold into")
         folded = sum(self.scores.pop(c, 0.0) for c in comps)
-        self.scores[comp] = folded + weight(rule)
+        value = self.rca.weight(rule)
+        self.scores[comp] = folded + value
         self.reasons.insert(0, reason)
-        self.observations.insert(0, self._observe(rule, comp, weight(rule), reason))
+        self.observations.insert(0, self._observe(rule, comp, value, reason))
 
     def scale(
         self,
@@ -81,7 +78,7 @@ class Suspect:
     ) -> None:
         """Multiply the scores of ``comps`` by ``factor`` (default:
         ``rule``'s weight)."""
-        by = weight(rule) if factor is None else factor
+        by = self.rca.weight(rule) if factor is None else factor
         for c in comps:
             if c in self.scores:
                 self.scores[c] *= by
@@ -122,7 +119,22 @@ class Suspect:
         return Observation(rule, subject, self.rank, comp, score, reason, flow)
 
 
-def explain_away(suspects: dict[int, Suspect]) -> None:
+class Suspects(dict[int, Suspect]):
+    """One root cause's suspects by rank, and the scoring they share."""
+
+    def __init__(self, rca: RcaConfig, items: Mapping[int, Suspect] | None = None):
+        super().__init__(items or {})
+        self.rca = rca
+
+    def at(self, rank: int) -> Suspect:
+        """The suspect ``rank``, added (with no score) when new."""
+        sus = self.get(rank)
+        if sus is None:
+            sus = self[rank] = Suspect(rank, self.rca)
+        return sus
+
+
+def explain_away(suspects: Suspects) -> None:
     """Shrink the flow-gap scores of suspects that direct evidence explains.
 
     When some suspect holds direct evidence (``scoring.DIRECT_RULES``: its
@@ -149,7 +161,7 @@ def explain_away(suspects: dict[int, Suspect]) -> None:
         if comps:
             explained[sus.rank] = comps
     total = sum(suspects[r].scores[c] for r, cs in explained.items() for c in cs)
-    most = weight(Rule.EXPLAINED_AWAY) * top.best[1]
+    most = suspects.rca.weight(Rule.EXPLAINED_AWAY) * top.best[1]
     if total <= most:
         return
     why = (
@@ -165,18 +177,19 @@ def _ruled(sus: Suspect, rules: frozenset[Rule]) -> bool:
 
 
 def rank_suspects(
-    topo: JobTopology, suspects: dict[int, Suspect], kind: FaultKind
+    topo: JobTopology, suspects: Suspects, kind: FaultKind
 ) -> list[Culprit]:
     """Return the culprits of ``suspects``, best first, at most
-    ``MAX_CULPRITS``: each suspect's best component, its confidence that
-    score's share of all suspects' best scores (at most ``MAX_CONFIDENCE``).
+    ``max_culprits``: each suspect's best component, its confidence that
+    score's share of all suspects' best scores (at most ``max_confidence``).
     Only suspects with a positive best score are named, unless none has one."""
     scored = [(sus.best, sus) for sus in suspects.values() if sus.scores]
     scored = [x for x in scored if x[0][1] > 0] or scored
     total = sum(max(sc, 0.0) for (_, sc), _ in scored) or 1.0
     scored.sort(key=lambda x: (-x[0][1], x[1].rank))
+    rca = suspects.rca
     out: list[Culprit] = []
-    for (comp, sc), sus in scored[:MAX_CULPRITS]:
+    for (comp, sc), sus in scored[: rca.max_culprits]:
         with_flow = comp in FLOW_COMPONENTS
         peer, ch = sus.flow if (sus.flow and with_flow) else (None, None)
         out.append(
@@ -185,10 +198,10 @@ def rank_suspects(
                 host=topo.host_of(sus.rank),
                 component=comp,
                 kind=kind,
-                confidence=round(min(MAX_CONFIDENCE, max(sc, 0.0) / total), 3),
+                confidence=round(min(rca.max_confidence, max(sc, 0.0) / total), 3),
                 peer=peer,
                 channel=ch,
-                reason="; ".join(sus.reasons[:REASONS_SHOWN]),
+                reason="; ".join(sus.reasons[: rca.reasons_shown]),
                 rules=sus.rules,
             )
         )

@@ -26,7 +26,7 @@ from mycroft.streams.core.baseline import (
     size_buckets,
 )
 from mycroft.streams.core.baseline_columns import BaselineColumns, Rule
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.collective_stat import CollectiveStat
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import (

@@ -17,7 +17,7 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.streams.analyze import Replay, to_json
-from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.compute_gaps import (
     GAP_RATIO,
     compute_gaps,

@@ -8,7 +8,8 @@ from mycroft.producers.sim.faults import parse_spec
 from mycroft.schemas.records import Culprit, RankTopology, Topology
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.analyze import Replay
-from mycroft.streams.core.culprit_scope import MAX_CONFIDENCE, scope_culprits
+from mycroft.streams.core.culprit_scope import scope_culprits
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.topology import JobTopology
 
 
@@ -62,7 +63,7 @@ def test_nics_of_one_host_stay_apart_and_confidence_is_capped() -> None:
         ("mlx5_0", (4, 5)),
         ("mlx5_1", (6, 7)),
     ]
-    assert out[0].confidence == MAX_CONFIDENCE
+    assert out[0].confidence == DEFAULT_RCA.max_confidence
 
 
 def test_host_and_link_culprits() -> None:

@@ -25,13 +25,11 @@ from mycroft.schemas.records import BatchHeader, CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES, SEND
 from mycroft.streams.analyze import Replay
 from mycroft.streams.core.baseline import RobustBaseline, _median, _median_abs_dev
+from mycroft.streams.core.collective_stat import CollectiveStat, Members, small_median
 from mycroft.streams.core.completions import (
-    CollectiveStat,
     CompletionTracker,
-    Members,
     RecentStats,
     matching_kind,
-    small_median,
 )
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import (

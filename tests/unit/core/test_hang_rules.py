@@ -22,12 +22,13 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.graph import OpFlows, _data_edges, terminal_groups
 from mycroft.streams.core.hang_in_op import frozen_ready_not_sent, score_in_op
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_hang import (
     _score_lost,
     _score_order_cycle,
     _score_unresolved,
 )
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspect, Suspects
 from mycroft.streams.core.topology import JobTopology
 
 WORLD, DP = 0x10, 0x20
@@ -69,10 +70,10 @@ def _cycle(minority: list[int]) -> nx.DiGraph:
 
 def test_order_deadlock_blames_the_minority_issue_order():
     ctx = _ctx()
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
 
     def blame(r: int) -> Suspect:
-        return suspects.setdefault(r, Suspect(r))
+        return suspects.at(r)
 
     _score_order_cycle(ctx, _cycle([3]), {0, 1, 2, 3}, set(), blame)
     assert list(suspects) == [3]
@@ -126,10 +127,10 @@ def test_unconsumed_input_behind_blocked_output_is_not_a_gpu_hang():
     gt = frozen_ready_not_sent(flows, 1_000_000_000)
     assert set(flows["rank"][gt].tolist()) == {1, 2}
     present = {(r, RING, 7) for r in range(4)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
 
     def blame(r: int) -> Suspect:
-        return suspects.setdefault(r, Suspect(r))
+        return suspects.at(r)
 
     for r in (1, 2):
         score_in_op(blame(r), flows, {1, 2}, gt, present, blame, ctx.topo)
@@ -150,10 +151,10 @@ def test_a_frozen_send_the_receiver_posted_no_buffer_for_waits_on_the_receiver()
     present = {(r, RING, 7) for r in range(4)}
 
     def score(rows: np.ndarray) -> set[str]:
-        suspects: dict[int, Suspect] = {}
+        suspects = Suspects(DEFAULT_RCA)
 
         def blame(r: int) -> Suspect:
-            return suspects.setdefault(r, Suspect(r))
+            return suspects.at(r)
 
         score_in_op(blame(2), rows, {2}, gt, present, blame, ctx.topo)
         return {str(o.rule) for o in suspects[2].observations}
@@ -184,10 +185,10 @@ def test_a_receiver_whose_data_never_arrived_is_not_a_kernel_that_never_ran():
     ctx = _ctx()
     flows = _p2p_posted_not_done()
     gt = frozen_ready_not_sent(flows, 1_000_000_000)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
 
     def blame(r: int) -> Suspect:
-        return suspects.setdefault(r, Suspect(r))
+        return suspects.at(r)
 
     present = {(r, DP, 9) for r in range(2)}
     score_in_op(blame(1), flows, {0, 1}, gt, present, blame, ctx.topo)
@@ -218,10 +219,10 @@ def _tp2_pair(*, same_host: bool) -> tuple[np.ndarray, JobTopology]:
 def test_a_same_host_pair_tells_the_dead_kernel_by_its_unoffered_buffers():
     for same_host, named in ((True, {1}), (False, {0, 1})):
         flows, topo = _tp2_pair(same_host=same_host)
-        suspects: dict[int, Suspect] = {}
+        suspects = Suspects(DEFAULT_RCA)
 
-        def blame(r: int, suspects: dict[int, Suspect] = suspects) -> Suspect:
-            return suspects.setdefault(r, Suspect(r))
+        def blame(r: int, suspects: Suspects = suspects) -> Suspect:
+            return suspects.at(r)
 
         _score_unresolved({0, 1}, suspects, {0, 1}, blame, flows, topo)
         assert set(suspects) == named

@@ -22,15 +22,16 @@ import numpy as np
 
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.vocab import RECV, SEND, Component
-from mycroft.streams.core.completions import CollectiveStat
+from mycroft.streams.core.collective_stat import CollectiveStat
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.detect_slow import observe_collective, role_gap_baseline
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.flow_features import FlowFeatures, flow_features
 from mycroft.streams.core.link_rules import score_links
 from mycroft.streams.core.progress import FLAT_FLOW
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_slow import _waited_on_transfers
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspects
 from mycroft.streams.core.topology import CommInfo
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
 from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
@@ -146,7 +147,7 @@ def _with(flows: list[FlowFeatures], bad: dict[tuple[int, int], tuple[float, flo
     return out
 
 
-def _best(suspects: dict[int, Suspect]) -> tuple[int, Component, float]:
+def _best(suspects: Suspects) -> tuple[int, Component, float]:
     total = sum(s.best[1] for s in suspects.values())
     sus = max(suspects.values(), key=lambda s: s.best[1])
     return sus.rank, sus.best[0], sus.best[1] / total
@@ -155,7 +156,7 @@ def _best(suspects: dict[int, Suspect]) -> tuple[int, Component, float]:
 def test_healthy_flows_name_nobody():
     ctx = _ctx()
     _warm(ctx)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _healthy_flows())
     assert not suspects
 
@@ -166,7 +167,7 @@ def test_lagging_flows_name_the_host_they_all_touch():
     # Host 1 (ranks 4..7): its sends and the sends into it acknowledge late.
     bad = {(r, r + 4): (0.0, 3.0) for r in range(4, 8)}
     bad |= {(r, r + 4): (0.0, 3.0) for r in range(4)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert comp is Component.NETWORK and rank // PER_HOST == 1
@@ -180,7 +181,7 @@ def test_lag_on_every_send_of_one_nic_is_that_nic():
     ctx = _ctx()
     _warm(ctx)
     bad = {(4, 8): (0.0, 4.0), (5, 9): (0.0, 4.0)}  # NIC 0 of host 1
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert (rank in (4, 5), comp) == (True, Component.NIC)
@@ -192,7 +193,7 @@ def test_lag_on_one_gpu_while_its_nic_mate_sends_normally_is_not_the_nic():
     mate's do not are their route (the network), not the NIC."""
     ctx = _ctx()
     _warm(ctx)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), {(4, 8): (0.0, 4.0)}))
     assert _best(suspects)[1] is Component.NETWORK
 
@@ -204,7 +205,7 @@ def test_lag_into_one_gpu_from_several_nics_is_its_pcie():
     _warm(ctx)
     bad = {(2, 6): (0.0, 4.0), (14, 6): (0.0, 4.0)}
     flows = _with(_healthy_flows(), bad) + [_flow(14, 6, 0.0, 4.0, ch=1)]
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, flows)
     assert _best(suspects)[:2] == (6, Component.PCIE)
     assert str(Rule.PCIE_TD_LAG) in suspects[6].rules
@@ -215,7 +216,7 @@ def test_backlog_from_one_nic_both_ways_is_that_nic():
     _warm(ctx)
     # NIC 0 of host 1 (ranks 4, 5) flaps: flows out of it and into it stall.
     bad = {(4, 8): (5.0, 0.0), (5, 9): (5.0, 0.0), (0, 4): (5.0, 0.0)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert (comp, rank in (4, 5)) == (Component.NIC, True)
@@ -233,7 +234,7 @@ def test_a_nic_that_does_not_take_data_in_is_named_with_a_cross_host_flow():
     flows = [f for f in _healthy_flows() if f.rank not in (4, 5)]
     flows = _with(flows + [_flow(0, 4), _flow(10, 5)], bad)
     flows += [_flow(4, 5, gt=9.0), _flow(5, 4, gt=9.0)]
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, flows)
     rank, comp, _ = _best(suspects)
     assert (rank, comp) in ((4, Component.NIC), (5, Component.NIC))
@@ -246,7 +247,7 @@ def test_backlog_into_one_gpu_from_several_nics_is_its_pcie():
     # Rank 6 drains slowly: its senders (on hosts 0 and 3) pile up at G-T.
     bad = {(2, 6): (4.0, 0.0), (14, 6): (4.0, 0.0)}
     flows = _with(_healthy_flows(), bad) + [_flow(14, 6, 4.0, 0.0, ch=1)]
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, flows)
     assert _best(suspects)[:2] == (6, Component.PCIE)
 
@@ -261,7 +262,7 @@ def test_backlog_over_many_nics_is_the_network():
     # Congestion between hosts 0-1 and 2-3: every flow crossing it backs up.
     bad = {(r, r + 4): (4.0, 0.0) for r in range(4, 8)}
     bad |= {(r, r - 12): (4.0, 0.0) for r in range(12, 16)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, conf = _best(suspects)
     assert comp is Component.NETWORK
@@ -279,7 +280,7 @@ def test_one_nic_pair_is_ambiguous():
     # Both GPUs of NIC 0 on host 1 send to both GPUs of NIC 0 on host 2 and
     # nothing else backs up: the sending NIC (Table 4) or the receiving one.
     bad = {(4, 8): (4.0, 0.0), (5, 9): (4.0, 0.0)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, conf = _best(suspects)
     assert (rank in (4, 5), comp) == (True, Component.NIC)  # the sender first
@@ -293,7 +294,7 @@ def test_backlog_on_one_gpu_of_a_shared_nic_is_its_proxy():
     _warm(ctx)
     # Rank 4's sends back up; rank 5, behind the same NIC, sends normally.
     bad = {(4, 8): (4.0, 0.0)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _with(_healthy_flows(), bad))
     rank, comp, _ = _best(suspects)
     assert (rank, comp) == (4, Component.PROXY)
@@ -314,7 +315,7 @@ def test_a_pair_whose_transport_stopped_is_the_senders():
     link went down); a slow receive path drains, so it is not named."""
     ctx = _ctx()
     _warm(ctx)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _pair({"drain_steps": 3, "stall_steps": 2}))
     assert _best(suspects)[:2] == (4, Component.PROXY)
     assert 8 not in suspects
@@ -325,7 +326,7 @@ def test_a_pair_draining_steadily_past_a_clean_nic_mate_is_the_receivers():
     proxy holds data back only by not running): the receiver's PCIe."""
     ctx = _ctx()
     _warm(ctx)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _pair({"drain_steps": 3}))
     rank, comp, conf = _best(suspects)
     assert (rank, comp) == (8, Component.PCIE)
@@ -335,7 +336,7 @@ def test_a_pair_draining_steadily_past_a_clean_nic_mate_is_the_receivers():
 def test_a_pair_seen_in_one_snapshot_names_both_ends():
     ctx = _ctx()
     _warm(ctx)
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _pair({}))
     assert _best(suspects)[:2] == (4, Component.PROXY)
     assert suspects[8].best[0] is Component.PCIE
@@ -467,7 +468,7 @@ def test_backlog_into_one_gpu_over_many_nics_is_its_pcie_not_the_network():
     _warm(ctx)
     into_6 = [_flow(src, 6, 6.0) for src in (0, 8, 12)]
     others = [_flow(s, d, 2.0) for s, d in ((1, 9), (2, 10), (3, 15), (13, 1), (14, 2))]
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, _healthy_flows() + into_6 + others)
     assert _best(suspects)[:2] == (6, Component.PCIE)
 

@@ -23,13 +23,14 @@ from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.incidents import Incident, Verdict
 from mycroft.streams.core.ports import PortEvents, PortLog
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_ports import (
     PORT_LEAD_NS,
     nominate_far_ends,
     nominate_flapping_ports,
     score_port_events,
 )
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspect, Suspects
 from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.two_stage import TwoStageReplay
 
@@ -74,9 +75,9 @@ def _ctx() -> DetectContext:
     return DetectContext("j", ProgressStore(cfg.history_ns), topo, BaselineBook(8), cfg)
 
 
-def _tie() -> dict[int, Suspect]:
+def _tie() -> Suspects:
     """Both ends of one NIC pair blamed alike, the sender a little more."""
-    out = {0: Suspect(0), 2: Suspect(2)}
+    out = Suspects(DEFAULT_RCA, {0: Suspect(0), 2: Suspect(2)})
     out[0].add(
         Rule.FROZEN_READY_NOT_SENT, "sends frozen ready but not transmitted", score=2.5
     )
@@ -96,7 +97,9 @@ def test_the_end_whose_port_went_down_takes_the_link_blame():
     assert suspects[2].reasons[0].startswith("port of mlx5_0 on h1 was seen down")
     assert suspects[0].best == (Component.NIC, 1.25)
     assert "stayed up while rank 2's went down" in suspects[0].reasons[-1]
-    starved = {2: Suspect(2)}  # flows into its GPU backed up: pcie-like
+    starved = Suspects(
+        DEFAULT_RCA, {2: Suspect(2)}
+    )  # flows into its GPU backed up: pcie-like
     starved[2].add(Rule.READY_LAGS, "gpu_ready lags on flows into it", score=1.2)
     score_port_events(ctx, starved, 2 * S)
     assert starved[2].scores == {Component.NIC: 2.7}
@@ -125,7 +128,7 @@ def test_a_hangs_far_end_behind_a_dead_port_is_a_nic_candidate():
     flows = np.zeros(2, dtype=FLAT_FLOW)
     flows["rank"], flows["peer"], flows["total"] = [2, 2], [0, 1], 8
     flows["done"] = [0, 8]  # the flow from rank 1 completed
-    suspects = {2: Suspect(2)}
+    suspects = Suspects(DEFAULT_RCA, {2: Suspect(2)})
     suspects[2].add(Rule.SENT_NOT_DONE_INTO, "peer sends into it never done")
     nominate_far_ends(ctx, suspects, flows, 2 * S)
     assert set(suspects) == {0, 2}  # rank 1's NIC is the dead one's mate
@@ -241,7 +244,7 @@ def test_a_flapping_port_is_an_anomaly_of_its_ranks_and_names_their_nic():
         (0, 1),
         3 * S,
     )
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     nominate_flapping_ports(ctx, suspects, 3 * S)
     score_port_events(ctx, suspects, 3 * S)
     assert sorted(suspects) == [0, 1]

@@ -26,7 +26,8 @@ from mycroft.schemas.records import (
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND, Component, FaultKind
 from mycroft.streams.analyze import Replay, to_json
 from mycroft.streams.core.baseline import BaselineBook
-from mycroft.streams.core.completions import CollectiveStat, matching_kind
+from mycroft.streams.core.collective_stat import CollectiveStat
+from mycroft.streams.core.completions import matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, detect_mismatch
 from mycroft.streams.core.detect_slow import observe_collective

@@ -104,10 +104,15 @@ def test_analyze_cli_detector_overrides(tmp_path, capsys):
     capped = json.loads(capsys.readouterr().out)
     assert len(plain["anomalies"]) > 1 and len(capped["anomalies"]) == 1
     assert capped["root_causes"][0]["rank"] == plain["root_causes"][0]["rank"]
-    with pytest.raises(SystemExit) as exit_:
-        analyze.main([str(path), "--set", "hang_soon=1"])
-    assert exit_.value.code == 2
-    assert "hang_soon" in capsys.readouterr().err
+    analyze.main([str(path), "--json", "--set", "rca.max_confidence=0.7"])
+    (unsure, *_) = json.loads(capsys.readouterr().out)["root_causes"]
+    assert plain["root_causes"][0]["confidence"] > 0.7 >= unsure["confidence"]
+    assert unsure["rank"] == plain["root_causes"][0]["rank"]
+    for bad in ("hang_soon=1", "rca.weight.hang_soon=1"):
+        with pytest.raises(SystemExit) as exit_:
+            analyze.main([str(path), "--set", bad])
+        assert exit_.value.code == 2
+        assert "hang_soon" in capsys.readouterr().err
 
 
 _EXPLAIN = Analyzer.explain

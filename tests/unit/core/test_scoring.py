@@ -11,14 +11,14 @@ import pytest
 
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.evidence import Rule, Subject
-from mycroft.streams.core.scoring import (
-    WEIGHTS,
-    link_score,
-    timing_score,
-    unconsumed_score,
-    weight,
+from mycroft.streams.core.rca_config import DEFAULT_RCA, RcaConfig
+from mycroft.streams.core.scoring import WEIGHTS
+from mycroft.streams.core.suspect import (
+    Suspect,
+    Suspects,
+    explain_away,
+    rank_suspects,
 )
-from mycroft.streams.core.suspect import Suspect, explain_away, rank_suspects
 from mycroft.streams.core.topology import JobTopology
 
 README = Path(__file__).resolve().parents[3] / "streams" / "core" / "README.md"
@@ -47,12 +47,29 @@ def test_readme_lists_every_rule_with_its_weight():
         assert rows[rule.value] == (comp, w.weight, w.subject.value, w.why), rule
 
 
+def weight(rule: Rule) -> float:
+    return DEFAULT_RCA.weight(rule)
+
+
 def test_formulas_keep_their_base():
+    rca = DEFAULT_RCA
     w = weight(Rule.NIC_SEND_BACKLOG)
-    assert link_score(Rule.NIC_SEND_BACKLOG, 3) == w * (1 + math.log2(4))
-    assert timing_score(Rule.LATE_ARRIVAL, 5.0, 10.0) == 1.5
-    assert timing_score(Rule.SLOW_COMPUTE, 50.0, 10.0, capped=True) == 2.5
-    assert unconsumed_score(0.5, 0.5, 0.25) == weight(Rule.UNCONSUMED_INPUT) + 0.25
+    assert rca.link_score(Rule.NIC_SEND_BACKLOG, 3) == w * (1 + math.log2(4))
+    assert rca.timing_score(Rule.LATE_ARRIVAL, 5.0, 10.0) == 1.5
+    assert rca.timing_score(Rule.SLOW_COMPUTE, 50.0, 10.0, capped=True) == 2.5
+    assert rca.unconsumed_score(0.5, 0.5, 0.25) == weight(Rule.UNCONSUMED_INPUT) + 0.25
+
+
+def test_a_weight_override_reaches_the_formulas_and_the_suspects():
+    rca = RcaConfig(weights={Rule.NIC_SEND_BACKLOG: 4.0}, span_share_cap=0.5)
+    assert rca.weight(Rule.NIC_SEND_BACKLOG) == 4.0
+    assert rca.weight(Rule.LATE_ARRIVAL) == WEIGHTS[Rule.LATE_ARRIVAL].weight
+    assert rca.link_score(Rule.NIC_SEND_BACKLOG, 1) == 8.0
+    assert rca.timing_score(Rule.SLOW_COMPUTE, 50.0, 10.0, capped=True) == 2.0
+    board = Suspects(rca)
+    board.at(3).add(Rule.NIC_SEND_BACKLOG, "its sends")
+    assert board.at(3) is board[3]
+    assert board[3].scores == {Component.NIC: 4.0}
 
 
 def test_suspect_records_what_each_rule_added():
@@ -104,7 +121,7 @@ def test_culprits_carry_their_rules_best_first():
     a.add(Rule.NEVER_ISSUED, "never issued")
     b.add(Rule.SEND_TO_UNREADY, "remote cause", flow=(1, 0))
     b.flow = (1, 0)
-    out = rank_suspects(topo, {2: b, 1: a}, FaultKind.HANG)
+    out = rank_suspects(topo, Suspects(DEFAULT_RCA, {2: b, 1: a}), FaultKind.HANG)
     assert [(c.rank, c.component, c.rules) for c in out] == [
         (1, Component.HOST, ("never_issued",)),
         (2, Component.NIC, ("send_to_unready",)),
@@ -113,18 +130,30 @@ def test_culprits_carry_their_rules_best_first():
     assert out[0].confidence == round(2.0 / 2.3, 3)
 
 
-def _spread_and_slow() -> dict[int, Suspect]:
+def test_the_caps_of_an_answer_come_from_its_config():
+    topo = JobTopology("j")
+    board = Suspects(RcaConfig(max_culprits=1, max_confidence=0.9))
+    board.at(1).add(Rule.NEVER_ISSUED, "never issued")
+    board.at(2).add(Rule.SEND_TO_UNREADY, "remote cause")
+    (only,) = rank_suspects(topo, board, FaultKind.HANG)
+    assert (only.rank, only.confidence) == (1, 0.87)
+    board = Suspects(RcaConfig(max_confidence=0.8))
+    board.at(1).add(Rule.NEVER_ISSUED, "never issued")
+    assert rank_suspects(topo, board, FaultKind.HANG)[0].confidence == 0.8
+
+
+def _spread_and_slow() -> Suspects:
     """A backlog over many NICs named on rank 40, a slowed GPU on rank 26."""
     spread, slow, late = Suspect(40), Suspect(26), Suspect(12)
     spread.add(
         Rule.SWITCH_BACKLOG,
         "152 flows over 32 NICs",
-        score=link_score(Rule.SWITCH_BACKLOG, 152),
+        score=DEFAULT_RCA.link_score(Rule.SWITCH_BACKLOG, 152),
     )
     slow.add(Rule.SLOW_COMPUTE, "computes 3.5 ms where peers compute 2.1", score=2.5)
     late.add(Rule.NIC_SEND_BACKLOG, "its sends", score=4.0)
     late.add(Rule.LATE_ARRIVAL, "late", score=1.2)
-    return {40: spread, 26: slow, 12: late}
+    return Suspects(DEFAULT_RCA, {40: spread, 26: slow, 12: late})
 
 
 def test_direct_evidence_explains_away_spread_flow_gaps():
@@ -142,7 +171,7 @@ def test_direct_evidence_explains_away_spread_flow_gaps():
 
 def test_a_component_with_its_own_timing_evidence_is_not_explained():
     suspects = _spread_and_slow()
-    rx = suspects.setdefault(7, Suspect(7))
+    rx = suspects.at(7)
     rx.add(Rule.NIC_PCIE_BACKLOG, "flows into it back up", score=6.0)
     rx.add(Rule.READY_LAGS, "copies late", score=1.5)
     explain_away(suspects)

@@ -6,7 +6,7 @@
 * lateness is judged per comm (a whole late host is on time in its own
   intra-host groups);
 * a host-wide timing verdict, a timing verdict on fewer than
-  ``MIN_TIMING_OPS`` ops, or a pcie verdict resting only on finishing
+  ``min_timing_ops`` ops, or a pcie verdict resting only on finishing
   last, is capped so G/T/D or late-arrival evidence can revise it.
 """
 
@@ -16,19 +16,19 @@ import numpy as np
 
 from mycroft.schemas.vocab import Component
 from mycroft.streams.core.baseline import BaselineBook
-from mycroft.streams.core.completions import CollectiveStat, Members
+from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.progress import ProgressStore
+from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_hosts import _intra_host_slowdown, score_whole_hosts
 from mycroft.streams.core.rca_slow import (
     _late_scores,
     _merge_nic_mates,
     explain_slowdown,
 )
-from mycroft.streams.core.scoring import HOSTWIDE_CONF, MIN_TIMING_OPS
-from mycroft.streams.core.suspect import Suspect
+from mycroft.streams.core.suspect import Suspect, Suspects
 from mycroft.streams.core.topology import JobTopology
 
 MS = 1_000_000
@@ -90,16 +90,16 @@ def test_intra_host_slowdown_is_a_peer_comparison():
 def test_whole_late_host_is_one_suspect_only_if_its_intra_ops_slowed():
     ctx = _ctx()
     late = {r: 50.0 * MS for r in range(4, 8)}
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     slow_h1, slow_none = _intra_stats(1), _intra_stats(None)
     reps = score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
     assert len(reps) == 1 and list(suspects) == list(reps)
     assert suspects[next(iter(reps))].best[0] is Component.GPU
     # Intra-host collectives not slower: the host waits on another host.
-    suspects = {}
+    suspects = Suspects(DEFAULT_RCA)
     assert not score_whole_hosts(ctx, suspects, late, slow_none, 100.0 * MS)
     # Its own flows already explain it (G/T/D first).
-    suspects = {5: Suspect(5)}
+    suspects = Suspects(DEFAULT_RCA, {5: Suspect(5)})
     suspects[5].add(Rule.FROZEN_READY_NOT_SENT, "G>T", score=2.0)
     assert not score_whole_hosts(ctx, suspects, late, slow_h1, 100.0 * MS)
     # Lateness led by a few ranks of the host is not host-wide.
@@ -120,7 +120,7 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
             ranks = list(range(h * PER_HOST, (h + 1) * PER_HOST))
             begin = [seq * 100 * MS + (4 * MS if r == 6 else 0) for r in ranks]
             one_slow.append(_stat(0x100 + h, seq, ranks, begin, [MS] * PER_HOST))
-    suspects: dict[int, Suspect] = {}
+    suspects = Suspects(DEFAULT_RCA)
     assert score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
     assert "rank 6 starts last by 4.0 ms" in suspects[6].reasons[0]
     # A lead just above the late floor creeps into the rank's own lateness
@@ -129,16 +129,16 @@ def test_a_late_host_is_represented_by_the_gpu_that_starts_last_inside_it():
     for _ in range(20):
         crept.observe(4 * MS, ctx.cfg, ctx.cfg.late_floor_s * 1e9)
     assert crept.stats()[0] == 4 * MS
-    suspects = {}
+    suspects = Suspects(DEFAULT_RCA)
     assert score_whole_hosts(ctx, suspects, late, one_slow, 100.0 * MS) == {6}
-    suspects = {}
+    suspects = Suspects(DEFAULT_RCA)
     (rep,) = score_whole_hosts(ctx, suspects, late, _intra_stats(1), 100.0 * MS)
     assert suspects[rep].reasons[0].endswith("host-wide GPU load")
 
 
 def test_nic_mates_share_one_link_score():
     ctx = _ctx()
-    suspects = {0: Suspect(0), 1: Suspect(1), 2: Suspect(2)}
+    suspects = Suspects(DEFAULT_RCA, {0: Suspect(0), 1: Suspect(1), 2: Suspect(2)})
     suspects[0].add(Rule.NIC_SEND_BACKLOG, "a", score=1.5)
     suspects[1].add(Rule.NIC_SEND_BACKLOG, "b", score=2.0)
     suspects[2].add(Rule.NIC_SEND_BACKLOG, "c", score=1.0)  # other NIC of the host
@@ -174,7 +174,7 @@ def test_hostwide_timing_verdict_is_capped():
     culprits, _ = explain_slowdown(ctx, stats, 0)
     assert culprits and culprits[0].host == "h1"
     assert culprits[0].component is Component.GPU
-    assert culprits[0].confidence <= HOSTWIDE_CONF
+    assert culprits[0].confidence <= DEFAULT_RCA.hostwide_conf
 
 
 def test_finishing_last_alone_is_a_capped_pcie_verdict():
@@ -187,7 +187,7 @@ def test_finishing_last_alone_is_a_capped_pcie_verdict():
     stats = [_stat(1, s, ranks, [s * 100 * MS] * len(ranks), lag) for s in range(5)]
     culprits, _ = explain_slowdown(ctx, stats, 0)
     assert culprits[0].rank == 5 and culprits[0].component is Component.PCIE
-    assert culprits[0].confidence <= HOSTWIDE_CONF
+    assert culprits[0].confidence <= DEFAULT_RCA.hostwide_conf
     # Once a rank arrives late, finishing last is no evidence of its own: who
     # finishes last behind a straggler depends on ring order.
     late = [
@@ -196,7 +196,7 @@ def test_finishing_last_alone_is_a_capped_pcie_verdict():
     stats += [_stat(1, 5 + s, ranks, late[s], lag) for s in range(5)]
     culprits, _ = explain_slowdown(ctx, stats, 0)
     assert culprits[0].rank == 9 and culprits[0].component is Component.GPU
-    assert culprits[0].confidence > HOSTWIDE_CONF
+    assert culprits[0].confidence > DEFAULT_RCA.hostwide_conf
     assert all(c.rank != 5 for c in culprits)
 
 
@@ -252,8 +252,8 @@ def test_a_timing_verdict_on_one_op_is_capped():
 
     culprits, _ = explain_slowdown(ctx, [late_once(0)], 0)
     assert culprits[0].rank == 6 and culprits[0].component is Component.GPU
-    assert culprits[0].confidence <= HOSTWIDE_CONF
+    assert culprits[0].confidence <= DEFAULT_RCA.hostwide_conf
     culprits, _ = explain_slowdown(
-        ctx, [late_once(s) for s in range(MIN_TIMING_OPS)], 0
+        ctx, [late_once(s) for s in range(DEFAULT_RCA.min_timing_ops)], 0
     )
-    assert culprits[0].rank == 6 and culprits[0].confidence > HOSTWIDE_CONF
+    assert culprits[0].rank == 6 and culprits[0].confidence > DEFAULT_RCA.hostwide_conf

@@ -8,6 +8,7 @@ from mycroft.errors import ConfigError
 from mycroft.streams.app import default_engine_factory, faust_config, main
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer
+from mycroft.streams.core.evidence import Rule
 from mycroft.streams.faust_settings import StreamSettings, parse_settings, to_argv
 from mycroft.streams.faust_topics import tick_topic
 
@@ -58,6 +59,7 @@ def test_defaults_and_faust_config() -> None:
         {"bootstrap": "h:1", "detector": "hang_min_s"},
         {"bootstrap": "h:1", "detector": "no_such_key=1"},
         {"bootstrap": "h:1", "detector": "slow_persist=9"},
+        {"bootstrap": "h:1", "detector": "rca.max_culprits=0"},
     ],
 )
 def test_invalid_settings_raise_config_error(kwargs: dict[str, object]) -> None:
@@ -94,6 +96,9 @@ def test_detector_overrides_reach_the_engines_from_flag_env_and_defaults() -> No
     _, flag = parse_settings(
         ["worker", "--bootstrap", "h:1", "--detector", "hang_min_s=2,slow_of=6"], {}
     )
+    env = {"MYCROFT_STREAMS__DETECTOR": "rca.weight.slow_compute=2"}
+    _, rca = parse_settings(["worker", "--bootstrap", "h:1"], env)
+    assert rca.detector_config().rca.weight(Rule.SLOW_COMPUTE) == 2.0
     assert flag.detector_config().hang_min_s == 2.0
     assert flag.detector_config().slow_of == 6
     env = {"MYCROFT_STREAMS__DETECTOR": "incident_quiet_s=9"}
