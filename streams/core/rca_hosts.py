@@ -92,9 +92,9 @@ def score_whole_hosts(
     but the one that starts last inside the host's own groups: a slow GPU's
     few ms per op add up, over an iteration, to its whole host (and pipeline
     replica) arriving late at the data-parallel sync, far above its own
-    lateness (the share floor of ``_score_timing``); that GPU is named. Timing is
-    weaker evidence than a G/T/D symptom (a host behind a slow NIC arrives
-    late too), so the score is bounded, and the representatives returned
+    lateness (the share floor of ``rca_timing.score_timing``); that GPU is named.
+    Timing is weaker evidence than a G/T/D symptom (a host behind a slow NIC
+    arrives late too), so the score is bounded, and the representatives returned
     (the caller caps their confidence) are those named on the host's timing
     alone: a GPU late on its own median and last inside its host is not (a
     NIC does not slow one GPU inside its host's own groups). ``mem`` and

@@ -23,7 +23,7 @@ from mycroft.streams.core.compute_gaps import (
     compute_gaps,
     slow_computers,
 )
-from mycroft.streams.core.rca_slow import PAIR_ROW
+from mycroft.streams.core.rca_timing import PAIR_ROW
 from tests.unit.core.test_slow_rules import _stat
 
 MS = 1_000_000

@@ -48,11 +48,7 @@ from mycroft.streams.core.flow_features import (
 )
 from mycroft.streams.core.progress import FLAT_FLOW, ProgressStore
 from mycroft.streams.core.rca_hosts import _intra_host_slowdown
-from mycroft.streams.core.rca_slow import (
-    PAIR_ROW,
-    Lateness,
-    _late_scores,
-)
+from mycroft.streams.core.rca_timing import PAIR_ROW, Lateness, late_scores
 from mycroft.streams.core.rows import group_ids, group_medians
 from mycroft.streams.core.topology import JobTopology
 from tests.unit import samples
@@ -408,7 +404,7 @@ def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> L
 def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -> None:
     stats = list(fed.stats)
     assert len({len(s.ranks) for s in stats}) >= 2  # several op sizes
-    fast = _late_scores(fed.ctx, stats)
+    fast = late_scores(fed.ctx, stats)
     slow = _late_scores_reference(fed.ctx, stats)
     for got, want in zip(fast[:-1], slow[:-1], strict=True):
         assert got == want
@@ -416,7 +412,7 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
     for name in PAIR_ROW.names:
         assert np.array_equal(fast.pairs[name], slow.pairs[name])
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
-    empty = _late_scores(fed.ctx, [])
+    empty = late_scores(fed.ctx, [])
     assert empty[:-1] == ({}, {}, set(), {}, {})
     assert not len(empty.pairs)
 

@@ -23,11 +23,8 @@ from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_hosts import _intra_host_slowdown, score_whole_hosts
-from mycroft.streams.core.rca_slow import (
-    _late_scores,
-    _merge_nic_mates,
-    explain_slowdown,
-)
+from mycroft.streams.core.rca_slow import _merge_nic_mates, explain_slowdown
+from mycroft.streams.core.rca_timing import late_scores
 from mycroft.streams.core.suspect import Suspect, Suspects
 from mycroft.streams.core.topology import JobTopology
 
@@ -157,7 +154,7 @@ def test_lateness_is_judged_per_comm():
         stats.append(_stat(1, seq + 10, [0, 1, 2, 3], [seq * MS] * 4, [MS] * 4))
         # comm B: rank 0 with 3 other hosts, 40 ms late
         stats.append(_stat(2, seq, [0, 4, 8, 12], [40 * MS, 0, 0, 0], [MS] * 4))
-    found = _late_scores(ctx, stats)
+    found = late_scores(ctx, stats)
     mixed, worst = found.late, found.worst
     assert worst[0] == 40 * MS  # the worst comm, not diluted by comm A
     assert mixed[0] == 0
