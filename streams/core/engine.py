@@ -254,10 +254,10 @@ class Analyzer:
             )
             return hung
         since = inc.since_ns
-        culprits, ev = explain_slowdown(self.ctx, self.stats.since(since), since)
-        rca = self.cfg.rca
-        kept = [c for c in culprits if c.confidence >= rca.min_culprit_confidence]
-        return kept[: rca.max_culprits], ev
+        found: tuple[list[Culprit], list[Evidence]] = explain_slowdown(
+            self.ctx, self.stats.since(since), since
+        )
+        return found
 
 
 __all__ = ["Analyzer", "DetectorConfig", "Finding", "Incident"]

@@ -203,7 +203,8 @@ class Incident:
 
 Explainer = Callable[[Incident, FaultKind, int], tuple[list[Culprit], list[Evidence]]]
 """``(incident, kind, now_ns) -> (culprits best first, evidence)``; no
-culprits: no answer this round (retried at the next refresh)."""
+culprits: no answer this round (retried at the next refresh). The tracker
+drops a slowdown's culprits below ``RcaConfig.min_culprit_confidence``."""
 PortTurn = Callable[[list[Culprit], Incident], bool]
 """Whether a port event overturns the incident's published answer."""
 
@@ -282,6 +283,13 @@ class IncidentTracker:
         inc.last_rca_ns = now_ns
         kind = min((a.kind for a in inc.anomalies.values()), key=PRIORITY.__getitem__)
         culprits, evidence = explain(inc, kind, now_ns)
+        rca = self.cfg.rca
+        if kind is FaultKind.SLOWDOWN:
+            # Every large job has small timing suspects (a rank a few ms late
+            # in one group): a slowdown's answer names only culprits above
+            # the floor. Culprits come best first, so this drops a tail.
+            floor = rca.min_culprit_confidence
+            culprits = [c for c in culprits if c.confidence >= floor]
         if not culprits:
             return None
         proposed = Verdict(kind, tuple(culprits))
@@ -294,7 +302,6 @@ class IncidentTracker:
             and not proposed.same(published)
             and port_turn(culprits, inc)
         )
-        rca = self.cfg.rca
         decision = revise(
             published, proposed, again=again, port_turn=turn, cap=rca.hostwide_conf
         )

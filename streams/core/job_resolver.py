@@ -416,9 +416,6 @@ class JobResolver:
             evidence.append(
                 Evidence(f"resolved with {done} of {groups} comm groups up to date")
             )
-        if kind is FaultKind.SLOWDOWN:
-            floor = self.cfg.rca.min_culprit_confidence
-            culprits = [c for c in culprits if c.confidence >= floor]
         return culprits, evidence
 
 

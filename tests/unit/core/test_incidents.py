@@ -80,3 +80,25 @@ def test_an_incident_closes_when_its_symptoms_end_and_a_later_fault_opens_anothe
     causes = [f for f in out if isinstance(f, RootCause)]
     assert len(causes) == 1 and causes[0].incident_id != first.incident_id
     assert causes[0].revision == 0 and causes[0].culprits[0].rank == NIC.rank
+
+
+def test_a_slowdown_names_only_culprits_above_the_floor() -> None:
+    cfg = DetectorConfig()
+    floor = cfg.rca.min_culprit_confidence
+    faint = replace(NIC, rank=12, confidence=floor / 2)
+    answer = {"culprits": [GPU, faint]}
+
+    def explain(
+        inc: Incident, kind: FaultKind, now_ns: int
+    ) -> tuple[list[Culprit], list[Evidence]]:
+        return answer["culprits"], []
+
+    tracker = IncidentTracker("j", cfg, JobTopology())
+    out = tracker.track([_anomaly("a", 1.0)], 1 * S, explain)
+    (cause,) = [f for f in out if isinstance(f, RootCause)]
+    assert [c.rank for c in cause.culprits] == [GPU.rank]
+    # nothing above the floor: no answer at all
+    answer["culprits"] = [faint]
+    tracker = IncidentTracker("j", cfg, JobTopology())
+    out = tracker.track([_anomaly("a", 1.0)], 1 * S, explain)
+    assert not [f for f in out if isinstance(f, RootCause)]
