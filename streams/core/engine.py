@@ -254,10 +254,10 @@ class Analyzer:
             )
             return hung
         since = inc.since_ns
-        found: tuple[list[Culprit], list[Evidence]] = explain_slowdown(
+        slow: tuple[list[Culprit], list[Evidence]] = explain_slowdown(
             self.ctx, self.stats.since(since), since
         )
-        return found
+        return slow
 
 
 __all__ = ["Analyzer", "DetectorConfig", "Finding", "Incident"]
