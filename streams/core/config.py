@@ -6,7 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from mycroft.streams.core.rca_config import RcaConfig, rca_with_overrides
+from mycroft.streams.core.rca_config import (
+    RcaConfig,
+    parse_value,
+    rca_with_overrides,
+)
 from mycroft.streams.core.scoring import PEERS
 
 
@@ -218,14 +222,7 @@ def with_overrides(
                 f"detector override {pair!r} is not KEY=VALUE with a key of "
                 f"{', '.join(sorted(known))} or rca.<key> (streams/core/config.py)"
             )
-        kind = known[key]
-        try:
-            changes[key] = kind(text.strip())
-        except ValueError:
-            raise ValueError(
-                f"detector {key} takes {'an integer' if kind is int else 'a number'}, "
-                f"got {text.strip()!r}"
-            ) from None
+        changes[key] = parse_value(f"detector {key}", text, known[key])
     if rca:
         changes["rca"] = rca_with_overrides(cfg.rca, rca)
     return replace(cfg, **changes)

@@ -178,9 +178,9 @@ def rca_with_overrides(rca: RcaConfig, pairs: Mapping[str, str]) -> RcaConfig:
                     f"rca override {key!r}: no rule {name!r}; rules are "
                     f"{', '.join(sorted(Rule))} (streams/core/evidence.py)"
                 )
-            weights[Rule(name)] = _number(key, text, float)
+            weights[Rule(name)] = parse_value(f"rca {key}", text, float)
         elif (name := key.replace("-", "_")) in known:
-            changes[name] = _number(name, text, known[name])
+            changes[name] = parse_value(f"rca {name}", text, known[name])
         else:
             raise ValueError(
                 f"rca override {key!r}: keys are {', '.join(sorted(known))} "
@@ -189,11 +189,16 @@ def rca_with_overrides(rca: RcaConfig, pairs: Mapping[str, str]) -> RcaConfig:
     return replace(rca, weights=weights, **changes)
 
 
-def _number(key: str, text: str, kind: type) -> Any:
+def parse_value(what: str, text: str, kind: type) -> Any:
+    """``text`` as a ``kind`` (int or float) for the override ``what``.
+
+    Raises:
+        ValueError: ``text`` is not one, naming ``what`` and the type.
+    """
     try:
         return kind(text.strip())
     except ValueError:
         raise ValueError(
-            f"rca {key} takes {'an integer' if kind is int else 'a number'}, "
+            f"{what} takes {'an integer' if kind is int else 'a number'}, "
             f"got {text.strip()!r}"
         ) from None
