@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 import faust
 from faust.types import TP
@@ -80,6 +80,7 @@ from mycroft.streams.invalid_records import (
     gate_of,
     host_label,
 )
+from mycroft.streams.read_positions import Position, ReadPositions
 from mycroft.topics import (
     TopicSet,
     group_partition,
@@ -125,11 +126,6 @@ PRODUCE_SKEW_S = 1.0
 """How much later than a job's newest record another record of a partition
 must have been produced before that partition is taken as read past the job
 (producer clocks of different hosts, and their batching, differ by less)."""
-HIGHWATER_GRACE_S = 10.0
-"""How long after the start a source partition with no known high watermark
-holds the jobs' event clocks (the consumer learns it with its first fetch)."""
-
-Position = Literal["end"] | int
 
 
 def source_types(stage: str, topics: TopicSet) -> dict[str, str]:
@@ -252,12 +248,8 @@ class Pipeline:
         self.last_stats = time.monotonic()
         self.max_lag_s = 0.0
         self.max_event_s = 0.0  # longest source event handled since the stats
-        self.started = time.monotonic()
-        # Offset of the last record processed per source (topic, partition),
-        # and where a partition nothing was read from started.
-        self.read_offsets: dict[tuple[str, int], int] = {}
+        self.positions = ReadPositions(lambda: app.consumer)  # offsets processed
         self.read_s: dict[tuple[str, int], float] = {}  # newest broker time read
-        self.start_offsets: dict[TP, int] = {}
         self.type_topics = source_types(settings.stage, topics)
         # Completion batches per source partition and job, summed into the
         # windowed tables once per RATE_STEP_S; the step they arrived in.
@@ -325,7 +317,7 @@ class Pipeline:
         # Processed, whatever becomes of it: a dead-lettered last record of a
         # partition must not leave it looking unread (it would hold the
         # event clocks of its jobs).
-        self.read_offsets[(msg.topic, msg.partition)] = msg.offset
+        self.positions.processed(TP(msg.topic, msg.partition), msg.offset)
         key = (msg.topic, msg.partition)
         self.read_s[key] = max(self.read_s.get(key, 0.0), float(msg.timestamp or 0.0))
         if msg.value is None and self.on_tombstone(msg):
@@ -468,33 +460,11 @@ class Pipeline:
                 ops_at[job].apply(add_counts, ops)
 
     async def read_positions(self, partition: int) -> dict[str, Position]:
-        """Where this worker is in each source topic's ``partition``.
-
-        ``end``: every record written so far was processed; else the offset
-        of the last record processed there (``-1``: none yet). A partition
-        whose high watermark is still unknown shortly after the start is
-        behind, and after ``HIGHWATER_GRACE_S`` taken as read to its end.
-        """
-        consumer = self.app.consumer
-        out: dict[str, Position] = {}
-        for topic in set(self.type_topics.values()):
-            tp = TP(topic, partition)
-            done = self.read_offsets.get((topic, partition), -1)
-            try:
-                hw = consumer.highwater(tp)
-            except (AssertionError, KeyError, AttributeError, TypeError):
-                hw = None
-            if hw is None:
-                grace = time.monotonic() - self.started > HIGHWATER_GRACE_S
-                out[topic] = "end" if grace else done
-                continue
-            if done < 0 and tp not in self.start_offsets:
-                pos = await consumer.position(tp)
-                if pos is not None:
-                    self.start_offsets[tp] = pos
-            start = self.start_offsets.get(tp, hw + 1) if done < 0 else done + 1
-            out[topic] = "end" if start >= hw else done
-        return out
+        """Where this worker is in each source topic's ``partition``
+        (``read_positions.py``: read to its end, or the last offset processed)."""
+        topics = sorted(set(self.type_topics.values()))
+        at = await self.positions.positions(TP(t, partition) for t in topics)
+        return {tp.topic: pos for tp, pos in at.items()}
 
     async def dead_letter(self, msg: Any, err: DecodeError) -> None:
         """Send undecodable bytes to the dead-letter topic with the reason."""
@@ -554,6 +524,8 @@ class Pipeline:
     def log_stats(self, wall: float) -> None:
         """Log counters, rank-state rows/s and the worst consumer lag seen."""
         rate = self.counts["rows"] / max(wall - self.last_stats, 1e-9)
+        if self.positions.asked:
+            self.counts["offset_requests"] = self.positions.asked
         slots = list(self.router.slots.values())
         hold = max(
             ((s.trace_ns - s.clock.released_ns) / 1e9 for s in slots if s.trace_ns),
@@ -676,13 +648,8 @@ class Pipeline:
         for p in parts:
             self.pending_rates.pop(p, None)
             self.rate_step.pop(p, None)
-        self.read_offsets = {
-            k: v for k, v in self.read_offsets.items() if k[1] not in parts
-        }
+        self.positions.drop(parts)
         self.read_s = {k: v for k, v in self.read_s.items() if k[1] not in parts}
-        self.start_offsets = {
-            tp: o for tp, o in self.start_offsets.items() if tp.partition not in parts
-        }
 
 
 def _bytes_headers(
