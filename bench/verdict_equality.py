@@ -13,7 +13,9 @@ it. A mode is how the records reach the worker:
   spool to disk and replay when it returns;
 * ``kill``: ``mycroft replay --speed 1`` while the worker is killed with
   SIGKILL every ``--kill-every-s`` and restarted (it resumes from its
-  changelog snapshots and committed offsets).
+  changelog snapshots and committed offsets);
+* ``stop``: the same with SIGTERM, a graceful stop (what a rolling deploy
+  or a rebalance that moves the worker's partitions does).
 
 A mode's jobs run ``--concurrency`` at a time on one worker. Each live job's
 root causes (the latest revision of each incident: incident id, kind, and
@@ -65,7 +67,7 @@ from mycroft.topics import TopicSet, partition_for  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
-MODES = ("speed1", "speed4", "fast", "outage", "kill")
+MODES = ("speed1", "speed4", "fast", "outage", "kill", "stop")
 
 Verdict = list[tuple[str, str, list[tuple[int, str, str]]]]
 
@@ -135,7 +137,8 @@ def publisher(mode: str, trace: Path, bootstrap: str, work: Path, job: str) -> A
 
 
 class Disturber(threading.Thread):
-    """Stops the broker (``outage``) or kills the worker (``kill``) on a period."""
+    """Stops the broker (``outage``), kills the worker (``kill``) or stops it
+    (``stop``) on a period."""
 
     def __init__(
         self, mode: str, broker: KafkaBroker, worker: WorkerProcess, a: Any
@@ -153,7 +156,10 @@ class Disturber(threading.Thread):
                 time.sleep(self.a.outage_s)
                 self.broker.start()
             else:
-                self.worker.kill()
+                if self.mode == "stop":
+                    self.worker.stop()
+                else:
+                    self.worker.kill()
                 self.worker.start(120)
             self.events += 1
 
@@ -212,7 +218,7 @@ def run_mode(
         ],
     )
     disturber = Disturber(mode, broker, worker, a)
-    if mode in ("outage", "kill"):
+    if mode in ("outage", "kill", "stop"):
         disturber.start()
     rows: list[dict[str, Any]] = []
     queue, running = list(jobs), []

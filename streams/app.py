@@ -235,12 +235,16 @@ class Pipeline:
         factory: EngineFactory,
         topics: TopicSet,
         sources: Sequence[str] | None = None,
+        *,
+        config: DetectorConfig | None = None,
     ) -> None:
+        """``config``: the one ``factory``'s engines are built with, which
+        restored engines take on (``snapshot_pickle``); None: they keep theirs."""
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
         self.metrics = WorkerMetrics()
         self.clocks: dict[str, HostClocks] = {}  # per job: intake time checks
-        self.router = JobRouter(factory)
+        self.router = JobRouter(factory, config)
         self.counts: Counter[str] = Counter()
         self.next_snapshot: dict[int, float] = {}  # monotonic due time
         self.first_turn: dict[int, str | None] = {}  # job a tick serves first
@@ -303,6 +307,7 @@ class Pipeline:
     def _ensure_loaded(self, partition: int) -> None:
         if partition in self.router.loaded:  # the hot path: already restored
             return
+        snapshot_commits_only(self.app.consumer, self.counts)
         n = self.settings.partitions
         blobs = [
             (j, b)
@@ -360,6 +365,8 @@ class Pipeline:
         job, host = key.rsplit("/", 1)
         slot = self.router.slots.get(job)
         gate = gate_of(slot.engine) if slot is not None else None
+        if slot is not None:
+            slot.topology.pop(host, None)
         if gate is not None:
             gate.host_left(host)
         self.counts["hosts_left"] += 1
@@ -494,6 +501,7 @@ class Pipeline:
         slots = self.router.on_partition(partition)
         first = self.first_turn.get(partition)
         served: set[str] = set()
+
         def out_of_time() -> bool:
             return time.monotonic() >= deadline
 
@@ -652,6 +660,32 @@ class Pipeline:
         self.read_s = {k: v for k, v in self.read_s.items() if k[1] not in parts}
 
 
+def snapshot_commits_only(consumer: Any, counts: Counter[str]) -> None:
+    """Make ``consumer`` commit only the offsets :meth:`Pipeline.snapshot`
+    asks for; idempotent.
+
+    Faust commits every acked offset on its own when it stops gracefully
+    (SIGTERM, a rolling deploy), when a task fails, and on its commit timer
+    (set to never). An acked record is one processed, not one a snapshot
+    holds: such a commit lets the next owner of the partition restore the
+    last snapshot and resume after records that snapshot never saw. Those
+    commits name no topics; :meth:`Pipeline.snapshot`'s always do.
+    """
+    if getattr(consumer, "_snapshot_commits_only", False):
+        return
+    faust_commit = consumer.commit
+
+    async def commit(topics: Any = None, start_new_transaction: bool = True) -> bool:
+        if topics is None:
+            counts["commits_declined"] += 1
+            return False
+        done: bool = await faust_commit(topics, start_new_transaction)
+        return done
+
+    consumer.commit = commit
+    consumer._snapshot_commits_only = True  # noqa: SLF001 - marks the wrapper
+
+
 def _bytes_headers(
     headers: Sequence[tuple[str, str | bytes | None]],
 ) -> list[tuple[str, bytes]]:
@@ -673,10 +707,13 @@ def build_app(
         "comm": [topics.split_state],
         "job": [topics.topology, topics.comm_summary],
     }.get(settings.stage)
+    config = settings.detector_config()
     engines = factory or default_engine_factory(
-        settings.stage, settings.comm_groups, settings.detector_config()
+        settings.stage, settings.comm_groups, config
     )
-    pipe = Pipeline(app, settings, engines, topics, sources)
+    pipe = Pipeline(
+        app, settings, engines, topics, sources, config=None if factory else config
+    )
 
     @app.agent(pipe.source, name="mycroft-ingest")
     async def ingest(stream: Any) -> None:

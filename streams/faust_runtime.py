@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import (
     Anomaly,
     CommSummary,
@@ -25,12 +26,15 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.streams import snapshot_pickle
+from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.event_time import EventClock, Source
 from mycroft.streams.core.rows import group_ids
+from mycroft.streams.snapshot_pickle import SIZING
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 18  # 18: scoring in DetectorConfig.rca (17: incidents apart)
+SNAPSHOT_VERSION = 19  # 19: configs by persistent id (18: DetectorConfig.rca)
 MAX_ANOMALY_IDS = 2048
 
 
@@ -94,6 +98,9 @@ class JobSlot:
     # (topic, partition) -> offset of the newest record taken in: kept in the
     # snapshot, so records a restart reads again are not taken in twice.
     taken: dict[tuple[str, int], int] = field(default_factory=dict)
+    # host -> its newest topology record: what a snapshot of another release
+    # still restores (``load_slot``).
+    topology: dict[str, Topology] = field(default_factory=dict)
 
     def holds(self, topic: str, partition: int, offset: int) -> bool:
         """Whether the record at ``offset`` is already in this slot's state
@@ -116,6 +123,8 @@ class JobSlot:
         t = record_time_ns(record)
         self.observe(t, wall_s)
         self.clock.push(record, t)
+        if isinstance(record, Topology):
+            self.topology[record.host] = record
         if produced_s > 0:
             self.produced_s = max(self.produced_s or 0.0, produced_s)
         self.dirty, self.seen_s = True, wall_s
@@ -180,16 +189,35 @@ def next_first(
 
 
 def dump_slot(slot: JobSlot) -> bytes:
-    """Serialize a slot's engine and trace clock (zlib-compressed pickle)."""
-    payload = (
-        SNAPSHOT_VERSION,
-        slot.job_id,
-        slot.trace_ns,
-        slot.engine,
-        slot.clock,
-        slot.taken,
-    )
+    """Serialize a slot (zlib-compressed pickle), in two layers.
+
+    The outer one holds only builtins that every release reads: the
+    snapshot version, the job id, and the job's topology records as Avro
+    bytes (the schemas evolve compatibly). The inner one, the engine, its
+    clock and its positions, is read only by the release that wrote it.
+    """
+    inner = snapshot_pickle.dumps((slot.trace_ns, slot.engine, slot.clock, slot.taken))
+    topology = [_codec().encode(t) for t in slot.topology.values()]
+    payload = (SNAPSHOT_VERSION, slot.job_id, topology, inner)
     return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+class StaleSnapshot(ValueError):
+    """A snapshot of another release, with what of it this one can read."""
+
+    def __init__(self, version: object, topology: list[Topology]) -> None:
+        super().__init__(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
+        self.version, self.topology = version, topology
+
+
+def _codec() -> Codec:
+    global _CODEC  # noqa: PLW0603 - built once, on first use (parses the schemas)
+    if _CODEC is None:
+        _CODEC = Codec()
+    return _CODEC
+
+
+_CODEC: Codec | None = None
 
 
 MAX_MESSAGE_BYTES = 16 << 20
@@ -221,18 +249,38 @@ def dump_changed(
     return blobs, too_big
 
 
-def load_slot(blob: bytes, partition: int, wall_s: float) -> JobSlot:
+def load_slot(
+    blob: bytes, partition: int, wall_s: float, config: DetectorConfig | None = None
+) -> tuple[JobSlot, set[str]]:
     """Rebuild a slot from :func:`dump_slot` bytes; its clock restarts at ``wall_s``.
 
-    Only this worker's own changelog topic is ever unpickled.
+    Its engine takes on ``config`` where it can (``snapshot_pickle``); also
+    returns the detector keys that kept the snapshot's values. Only this
+    worker's own changelog topic is ever unpickled.
+
+    Raises:
+        StaleSnapshot: the snapshot is of another release (with the job's
+            topology records when it holds them).
     """
     payload = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
     if payload[0] != SNAPSHOT_VERSION:
-        raise ValueError(f"snapshot version {payload[0]} is not {SNAPSHOT_VERSION}")
-    _, job_id, trace_ns, engine, clock, taken = payload
+        old = payload[2] if len(payload) == 4 else None  # noqa: PLR2004 - the layers
+        topology = [_codec().decode(b) for b in old] if isinstance(old, list) else []
+        raise StaleSnapshot(
+            payload[0], [t for t in topology if isinstance(t, Topology)]
+        )
+    _, job_id, topology_bytes, inner = payload
+    (trace_ns, engine, clock, taken), kept = snapshot_pickle.loads(inner, config)
+    # Seen at the restore: a job whose last records the snapshot already
+    # held gets no record to date it, and would never turn quiet (nor be
+    # evaluated once more, as at the end of its trace).
     slot = JobSlot(job_id, partition, engine, trace_ns, wall_s, clock=clock)
-    slot.taken = taken
-    return slot
+    slot.taken, slot.seen_s = taken, wall_s
+    for b in topology_bytes:
+        t = _codec().decode(b)
+        if isinstance(t, Topology):
+            slot.topology[t.host] = t
+    return slot, kept
 
 
 @dataclass
@@ -240,6 +288,7 @@ class JobRouter:
     """Job id -> slot, grouped by partition; creates engines on first sight."""
 
     factory: EngineFactory
+    config: DetectorConfig | None = None  # restored engines take it on
     slots: dict[str, JobSlot] = field(default_factory=dict)
     loaded: set[int] = field(default_factory=set)
 
@@ -267,18 +316,53 @@ class JobRouter:
             if job_id in self.slots:
                 continue
             try:
-                self.slots[job_id] = load_slot(blob, partition, wall_s)
+                slot, kept = load_slot(blob, partition, wall_s, self.config)
+            except StaleSnapshot as stale:
+                self.slots[job_id] = self._afresh(job_id, partition, wall_s, stale)
+                n += 1
+                continue
             except (
                 ValueError,
                 AttributeError,
                 TypeError,
                 pickle.UnpicklingError,
             ) as exc:
-                # A snapshot of another release: the job starts afresh.
+                # Unreadable: the job starts afresh from the records read next.
                 log.warning("snapshot of job %s not restored (%s)", job_id, exc)
                 continue
+            if kept:
+                log.warning(
+                    "job %s restored with its own detector config: it was "
+                    "created with other baseline sizes (%s); it keeps its %s "
+                    "until it ends (new jobs take the current ones), and takes "
+                    "the current root-cause scoring",
+                    job_id,
+                    ", ".join(f"{k}" for k in SIZING if k in kept),
+                    ", ".join(sorted(kept)),
+                )
+            self.slots[job_id] = slot
             n += 1
         return n
+
+    def _afresh(
+        self, job_id: str, partition: int, wall_s: float, stale: StaleSnapshot
+    ) -> JobSlot:
+        """A new slot for a job whose snapshot another release wrote, fed the
+        topology records it held: the records read next (from the committed
+        offsets, long past the job's topology on its compacted topic) are
+        then of ranks it knows, and only its baselines warm up again."""
+        slot = JobSlot(job_id, partition, self.factory(job_id))
+        for t in stale.topology:
+            slot.ingest(t, wall_s)
+        log.warning(
+            "job %s: %s; it starts afresh from the %d host topology record(s) "
+            "the snapshot held (its baselines warm up again, open incidents "
+            "are not carried over)",
+            job_id,
+            stale,
+            len(stale.topology),
+        )
+        return slot
 
     def evict_idle(self, partition: int, wall_s: float, idle_s: float) -> list[str]:
         """Forget the jobs of ``partition`` without a record for ``idle_s``;

@@ -131,6 +131,24 @@ def test_a_quiet_job_is_evaluated_once_more_also_after_a_restore() -> None:
     assert back.clock.next_eval_ns == T0 + 200_000_000
 
 
+def test_a_job_restored_after_its_last_record_turns_quiet() -> None:
+    """Its last records were taken in before the snapshot, so none is read
+    after the restore: the restore dates it, and once every partition is
+    read and ``idle_s`` passed, what it holds is released and evaluated."""
+    router = JobRouter(FakeEngine)
+    slot = router.slot("j", 0)
+    slot.ingest(state_batch(0), wall_s=10.0)
+    slot.advance(_end, wall_s=11.0)
+    assert slot.clock.next_eval_ns == -1  # within lateness: nothing released
+    router.drop([0])
+    assert router.restore([("j", dump_slot(slot))], 0, wall_s=50.0) == 1
+    back = router.slots["j"]
+    back.advance(_end, wall_s=51.0)  # restored 1 s ago
+    assert back.clock.next_eval_ns == -1
+    back.advance(_end, wall_s=54.0)  # quiet for 4 s since the restore
+    assert back.clock.released_ns == T0 and back.clock.next_eval_ns == T0 + 200_000_000
+
+
 def test_router_groups_jobs_by_partition_and_drops_revoked() -> None:
     router = JobRouter(FakeEngine)
     a, b = router.slot("a", 0), router.slot("b", 1)
@@ -177,9 +195,8 @@ def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
     )
     quiet = JobSlot("quiet", 0, FakeEngine("quiet"), dirty=False)
     blobs, too_big = dump_changed([small, big, quiet], limit=10_000)
-    assert (
-        list(blobs) == ["small"] and load_slot(blobs["small"], 0, 0.0).job_id == "small"
-    )
+    assert list(blobs) == ["small"]
+    assert load_slot(blobs["small"], 0, 0.0)[0].job_id == "small"
     assert list(too_big) == ["big"] and too_big["big"] > 10_000
     assert big.dirty and not small.dirty
 
@@ -187,7 +204,7 @@ def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
 def test_snapshot_roundtrip_keeps_records_not_released_yet() -> None:
     slot = JobSlot("j", 1, FakeEngine("j", seen=[1, 2]))
     slot.ingest(state_batch(7), wall_s=100.0)
-    back = load_slot(dump_slot(slot), 1, wall_s=5.0)
+    back, _ = load_slot(dump_slot(slot), 1, wall_s=5.0)
     assert back.trace_ns == slot.trace_ns and back.clock.pending == 1
     assert isinstance(back.engine, FakeEngine) and back.engine.seen == [1, 2]
     back.clock.finish(back.engine)
@@ -343,7 +360,7 @@ def test_snapshot_holds_the_whole_engine() -> None:
     for ts, rec in out.records[part:]:
         engine.ingest(rec, ts)
     assert engine.tracker.queued_rows
-    back = load_slot(dump_slot(slot), 0, 1.0).engine
+    back = load_slot(dump_slot(slot), 0, 1.0)[0].engine
     assert isinstance(back, Analyzer)
     assert any(len(h.history) for h in engine.ctx.store.hosts.values())
     for name, host in engine.ctx.store.hosts.items():
@@ -485,7 +502,7 @@ def test_records_read_again_after_a_restart_are_taken_in_once() -> None:
     # 120: after a kill it restores the snapshot and reads from 121 again.
     first = JobSlot("job1", 0, _Counting("job1"))
     _take(first, records[:301], 0)
-    back = load_slot(dump_slot(first), 0, wall_s=0.0)
+    back, _ = load_slot(dump_slot(first), 0, wall_s=0.0)
     _take(back, records, 121)
     assert back.taken == {("raw", 0): len(records) - 1}
     assert _causes(back.clock.finish(back.engine)) == expected
