@@ -11,6 +11,7 @@ _MODES = {
     "fast": "replay as fast as possible",
     "outage": "agents replaying while the broker is stopped (spool, then replay)",
     "kill": "worker killed with SIGKILL and restarted",
+    "stop": "worker stopped with SIGTERM (graceful) and restarted",
 }
 
 
@@ -105,10 +106,10 @@ RENDERERS = {
         "python bench/verdict_equality.py --seeds 3 --healthy-runs 2",
         _equality,
     ),
-    "verdict_equality_kill": (
-        "Live verdicts against mycroft analyze after worker kills (rerun)",
-        "python bench/verdict_equality.py --seeds 3 --healthy-runs 2 --modes kill "
-        "--out bench/results/verdict_equality_kill.json",
+    "verdict_equality_restarts": (
+        "Live verdicts against mycroft analyze after worker kills and stops (rerun)",
+        "python bench/verdict_equality.py --seeds 3 --healthy-runs 2 "
+        "--modes kill,stop --out bench/results/verdict_equality_restarts.json",
         _equality,
     ),
     "worker_saturation_loaded": (
