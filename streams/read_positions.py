@@ -13,11 +13,12 @@ how far the consumer happened to prefetch:
   whose fetches a backlog keeps busy), the broker's answer to an end-offset
   request;
 * **where reading began**, for a partition nothing was processed from yet, is
-  the group's committed offset (the consumer seeks there on assignment), else
-  the partition's first offset (``consumer_auto_offset_reset`` is
-  ``earliest``). Not the consumer's position: records fetched into the stream
-  buffer but not processed have already moved it on, and a partition whose
-  few records (a new job's topology) sat in the buffer looked read to its end.
+  the group's committed offset (the consumer seeks there on assignment), or
+  the partition's first offset when there is none or retention deleted the
+  records up to it (``consumer_auto_offset_reset`` is ``earliest``). Not
+  the consumer's position: records fetched into the stream buffer but not
+  processed have already moved it on, and a partition whose few records (a
+  new job's topology) sat in the buffer looked read to its end.
 
 An end or a beginning the broker does not give (it is unreachable) leaves the
 partition *behind*: the jobs' clocks wait, as they must for records that may
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -41,6 +43,9 @@ last record processed (``-1``: none yet)."""
 
 BROKER_TIMEOUT_S = 1.0
 """Longest a tick waits for the broker's answer to an offsets request."""
+BROKER_RETRY_S = 5.0
+"""After a request the broker did not answer, how long none is made (each
+would hold a tick for ``BROKER_TIMEOUT_S``)."""
 
 
 def committed_offset(consumer: Any, tp: TP) -> int | None:
@@ -67,6 +72,7 @@ class ReadPositions:
         self.done: dict[TP, int] = {}  # last offset processed
         self.began: dict[TP, int] = {}  # where reading began, nothing processed
         self.asked = 0  # broker requests made (end or first offsets)
+        self.retry_at = 0.0  # monotonic time before which none is made
 
     def processed(self, tp: TP, offset: int) -> None:
         """Record that the record at ``offset`` of ``tp`` was processed."""
@@ -115,22 +121,33 @@ class ReadPositions:
         return out
 
     async def starts(self, tps: list[TP]) -> dict[TP, int]:
-        """Where reading began in partitions nothing was processed from."""
-        for tp in tps:
-            c = None if tp in self.began else committed_offset(self.consumer, tp)
-            if c is not None:
-                self.began[tp] = c
-        unknown = [tp for tp in tps if tp not in self.began]
-        if unknown:
-            self.began |= await self._ask(self.consumer.earliest_offsets, unknown)
-        return {tp: self.began[tp] for tp in tps if tp in self.began}
+        """Where reading began in partitions nothing was processed from: the
+        committed offset, or the first one when retention deleted the records
+        up to the commit (or there is none); without the broker's answer, the
+        committed offset alone."""
+        out = {tp: self.began[tp] for tp in tps if tp in self.began}
+        unknown = [tp for tp in tps if tp not in out]
+        first = (
+            await self._ask(self.consumer.earliest_offsets, unknown) if unknown else {}
+        )
+        for tp in unknown:
+            committed = committed_offset(self.consumer, tp)
+            if tp in first:  # settled: kept until the partition is revoked
+                out[tp] = self.began[tp] = max(first[tp], committed or 0)
+            elif committed is not None:  # asked again next time
+                out[tp] = committed
+        return out
 
     async def _ask(self, request: Any, tps: list[TP]) -> dict[TP, int]:
-        """One broker request for ``tps``; what it answered (nothing on failure)."""
+        """One broker request for ``tps``; what it answered (nothing on failure,
+        nor for ``BROKER_RETRY_S`` after one)."""
+        if time.monotonic() < self.retry_at:
+            return {}
         self.asked += 1
         try:
             answer = await asyncio.wait_for(request(*tps), self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - unanswered: the partitions wait
             log.debug("offsets of %s unknown for now: %r", tps, exc)
+            self.retry_at = time.monotonic() + BROKER_RETRY_S
             return {}
         return {tp: int(answer[tp]) for tp in tps if answer.get(tp) is not None}

@@ -68,12 +68,18 @@ def test_records_fetched_but_not_processed_are_not_read() -> None:
 
 def test_reading_begins_at_the_committed_offset_else_the_first() -> None:
     committed = {TOPO: 8, STATE: 300}
-    consumer = FakeConsumer({TOPO: 8, STATE: 500}, {}, {}, committed)
+    consumer = FakeConsumer({TOPO: 8, STATE: 500}, {}, {TOPO: 0, STATE: 0}, committed)
     assert _positions(consumer, {}) == {TOPO: "end", STATE: -1}
-    assert consumer.requests == []  # the committed offsets answered
     trimmed = FakeConsumer({TOPO: 8, STATE: 500}, {}, {TOPO: 8, STATE: 500})
     assert _positions(trimmed, {}) == {TOPO: "end", STATE: "end"}
     assert trimmed.requests == ["first"]
+
+
+def test_records_retention_deleted_past_the_commit_are_not_waited_for() -> None:
+    # Every heartbeat up to offset 500 expired; the group committed 300.
+    committed = {STATE: 300}
+    consumer = FakeConsumer({TOPO: 8, STATE: 500}, {}, {TOPO: 0, STATE: 500}, committed)
+    assert _positions(consumer, {TOPO: 7}) == {TOPO: "end", STATE: "end"}
 
 
 def test_an_end_no_fetch_reported_is_asked_of_the_broker() -> None:
@@ -86,8 +92,12 @@ def test_an_end_no_fetch_reported_is_asked_of_the_broker() -> None:
 
 def test_a_broker_that_does_not_answer_leaves_the_partition_behind() -> None:
     consumer = FakeConsumer({STATE: 500}, {TOPO: 0}, {TOPO: 0}, down=True)
-    assert _positions(consumer, {STATE: 499}) == {TOPO: -1, STATE: "end"}
-    assert consumer.requests == ["end", "first"]
+    reader = ReadPositions(lambda: consumer, timeout_s=0.05)
+    reader.processed(STATE, 499)
+    for _ in range(3):  # one request, then none for a while
+        at = asyncio.run(reader.positions([TOPO, STATE]))
+        assert at == {TOPO: -1, STATE: "end"}
+    assert consumer.requests == ["end"]
 
 
 def test_revoked_partitions_are_forgotten() -> None:
