@@ -41,10 +41,20 @@ def _equality(r: dict[str, Any]) -> list[str]:
         lines += ["", "Runs that differ:", ""]
         lines += [
             f"- {x['mode']} {x['job']}: live {x['live']}, offline {x['offline']}"
+            + _ids(x)
             + ("" if x.get("caught_up", True) else " (the worker had not caught up)")
             for x in differ
         ]
     return lines
+
+
+def _ids(x: dict[str, Any]) -> str:
+    """The incident ids, when they are all that differs."""
+    if x["live"] != x["offline"] or "live_full" not in x:
+        return ""
+    live = [i[0] for i in x["live_full"]]
+    offline = [i[0] for i in x["offline_full"]]
+    return f" (the incident ids differ: live {live}, offline {offline})"
 
 
 def _lag(step: dict[str, Any]) -> str:
