@@ -49,6 +49,7 @@ from mycroft.schemas.records import (
     RootCause,
     StateBatch,
 )
+from mycroft.streams.consumer_guards import install_guards
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.event_time import Source
 from mycroft.streams.core.host_clocks import HostClocks
@@ -307,7 +308,6 @@ class Pipeline:
     def _ensure_loaded(self, partition: int) -> None:
         if partition in self.router.loaded:  # the hot path: already restored
             return
-        snapshot_commits_only(self.app.consumer, self.counts)
         n = self.settings.partitions
         blobs = [
             (j, b)
@@ -660,32 +660,6 @@ class Pipeline:
         self.read_s = {k: v for k, v in self.read_s.items() if k[1] not in parts}
 
 
-def snapshot_commits_only(consumer: Any, counts: Counter[str]) -> None:
-    """Make ``consumer`` commit only the offsets :meth:`Pipeline.snapshot`
-    asks for; idempotent.
-
-    Faust commits every acked offset on its own when it stops gracefully
-    (SIGTERM, a rolling deploy), when a task fails, and on its commit timer
-    (set to never). An acked record is one processed, not one a snapshot
-    holds: such a commit lets the next owner of the partition restore the
-    last snapshot and resume after records that snapshot never saw. Those
-    commits name no topics; :meth:`Pipeline.snapshot`'s always do.
-    """
-    if getattr(consumer, "_snapshot_commits_only", False):
-        return
-    faust_commit = consumer.commit
-
-    async def commit(topics: Any = None, start_new_transaction: bool = True) -> bool:
-        if topics is None:
-            counts["commits_declined"] += 1
-            return False
-        done: bool = await faust_commit(topics, start_new_transaction)
-        return done
-
-    consumer.commit = commit
-    consumer._snapshot_commits_only = True  # noqa: SLF001 - marks the wrapper
-
-
 def _bytes_headers(
     headers: Sequence[tuple[str, str | bytes | None]],
 ) -> list[tuple[str, bytes]]:
@@ -714,6 +688,10 @@ def build_app(
     pipe = Pipeline(
         app, settings, engines, topics, sources, config=None if factory else config
     )
+
+    # Faust creates its consumer on first use; the guards must be on it
+    # before its first rebalance seeks.
+    install_guards(app.consumer, pipe.source_names[:-1], pipe.counts)
 
     @app.agent(pipe.source, name="mycroft-ingest")
     async def ingest(stream: Any) -> None:
