@@ -1,11 +1,13 @@
 """Two changes to Faust's consumer that keep a restarted worker's reading exact.
 
-Both are installed on the consumer when the app is built
-(:func:`install_guards`), before its first rebalance:
+They are installed on the consumer when the app is built, before its first
+rebalance:
 
-- :func:`snapshot_commits_only`: offsets are committed only with a snapshot.
+- :func:`snapshot_commits_only`: offsets are committed only with a snapshot
+  (the worker: :func:`install_guards`).
 - :func:`seek_unsought_to_first`: a partition that has no committed offset
-  (or offset 0) is read again from its first record after every rebalance.
+  (or offset 0) is read again from its first record after every rebalance
+  (the worker, and the split stage, which keeps Faust's own commits).
 
 Both patch one instance's methods, not Faust's classes, and the tests in
 ``tests/unit/streams/test_consumer_guards.py`` read the Faust and aiokafka

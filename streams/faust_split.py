@@ -27,6 +27,7 @@ import faust
 from mycroft.errors import DecodeError
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import CompletionBatch, Heartbeat, StateBatch, Topology
+from mycroft.streams.consumer_guards import seek_unsought_to_first
 from mycroft.streams.core.comm_split import split_by_comm
 from mycroft.streams.faust_runtime import record_job
 from mycroft.streams.faust_settings import StreamSettings
@@ -94,6 +95,9 @@ def build_split_app(settings: StreamSettings, config: dict[str, Any]) -> faust.A
         **(config | {"broker_commit_every": 1000, "broker_commit_interval": 1.0}),
     )
     splitter = Splitter(app, settings, TopicSet(settings.prefix, settings.partitions))
+    # Faust's own commits are the ones this stage wants; a new job's first
+    # records must still survive a rebalance (``consumer_guards``).
+    seek_unsought_to_first(app.consumer, splitter.source.topics, splitter.counts)
 
     @app.agent(splitter.source, name="mycroft-split")
     async def split(stream: Any) -> None:
