@@ -44,6 +44,26 @@ def _half(r: dict[str, Any]) -> list[str]:
         lines.append(
             f"| `{setting}` | {len(runs)} | {share[0]} | {share[1]} | {false} |"
         )
+    return lines + _per_fault(r["rows"])
+
+
+def _per_fault(rows: list[dict[str, Any]]) -> list[str]:
+    """Per fault over the settings: runs, detected, right culprit, right
+    component (what a family of failures has in common shows here)."""
+    faults = sorted({x["fault"] for x in rows} - {"healthy"})
+    if not faults:
+        return []
+    lines = ["", "| fault | runs | detected | culprit | component |"]
+    lines.append("|---|---:|---:|---:|---:|")
+    for fault in faults:
+        runs = [x for x in rows if x["fault"] == fault]
+        counts = [
+            sum(bool(x[k]) for x in runs)
+            for k in ("detected", "rank_ok", "component_ok")
+        ]
+        lines.append(
+            f"| {fault} | {len(runs)} | " + " | ".join(map(str, counts)) + " |"
+        )
     return lines
 
 
@@ -56,6 +76,16 @@ RENDERERS = {
     "campaign_general_report": (
         "General campaign: report-only half (every setting, faults and healthy)",
         "python bench/campaign_general.py --half report",
+        _half,
+    ),
+    "campaign_general_report_seeds3": (
+        "General campaign: report-only half, 3 seeds of 24 s (the script's defaults)",
+        "python bench/campaign_general.py --half report --healthy-runs 0",
+        _half,
+    ),
+    "campaign_general_tune_seeds3": (
+        "General campaign: tune half, 3 seeds of 24 s (the script's defaults)",
+        "python bench/campaign_general.py --half tune --healthy-runs 0",
         _half,
     ),
     "campaign_general_report_healthy": (
