@@ -519,10 +519,12 @@ class Pipeline:
         if due:
             started = time.monotonic()
             await self.snapshot(partition)
-            self.snapshot_s[partition] = time.monotonic() - started
+            cost = self.snapshot_s[partition] = time.monotonic() - started
             # A big job's engine takes a while to pickle: space its snapshots
             # so that they cost at most SNAPSHOT_BUDGET of the worker's time.
-            cost = time.monotonic() - wall
+            # The snapshot's own time, not the tick's: a tick that waited on
+            # the broker (offsets, a finding's delivery) spaced them seconds
+            # apart on a loaded machine, and a restart replayed that much.
             self.next_snapshot[partition] = wall + max(
                 self.settings.snapshot_interval_s, cost / SNAPSHOT_BUDGET
             )
