@@ -25,6 +25,7 @@ class Column:
     name: str
     dtype: str
     doc: str
+    optional: bool = False  # added later: an empty column is absent (zeros)
 
 
 Group = tuple[Column, ...]
@@ -105,6 +106,13 @@ DONE_FLOW_COLUMNS: Group = (
     Column("chunks", "<i4", "chunks moved"),
     Column("first_ns", "<i8", "first progress of this flow, ns"),
     Column("last_ns", "<i8", "last completion of this flow, ns"),
+    Column(
+        "wire_ns",
+        "<i8",
+        "time this flow's data spent on the network, from posted to done, "
+        "summed over its steps, ns; 0: not measured",
+        optional=True,
+    ),
 )
 """One row per flow of each completed op; duration is ``last_ns - first_ns``."""
 

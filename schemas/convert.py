@@ -70,8 +70,12 @@ def _unpack_group(group_name: str, columns: Group, datum: Datum) -> np.ndarray:
     if n < 0:
         raise DecodeError("invalid", f"n_{group_name} is negative ({n})")
     arr = empty(columns, n)
-    for field, name, dtype in _fields(group_name, columns):
-        buf = datum[field]
+    for (field, name, dtype), col in zip(
+        _fields(group_name, columns), columns, strict=True
+    ):
+        buf = datum.get(field, b"")
+        if col.optional and not buf:
+            continue  # absent (an older writer): the column stays zero
         want = n * dtype.itemsize
         if len(buf) != want:
             raise DecodeError(

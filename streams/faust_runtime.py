@@ -35,7 +35,7 @@ from mycroft.streams.snapshot_pickle import SIZING
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 19  # 19: configs by persistent id (18: DetectorConfig.rca)
+SNAPSHOT_VERSION = 20  # 20: ProgressStore.transfers (19: configs by persistent id)
 MAX_ANOMALY_IDS = 2048
 
 

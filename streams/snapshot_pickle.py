@@ -9,11 +9,12 @@ applies them to the jobs it restores, as to new ones, from their next
 evaluation.
 
 Except where the config sizes state the snapshot holds: the baseline rings
-(``baseline_window``) and the persistence windows (``slow_of``, ``late_of``,
-``recur_of``, ``hold_of``). A snapshot taken under other sizes keeps its own
-detector thresholds (its rings stay consistent with them) and takes the
-current root-cause scoring (``rca``) only; :func:`loads` says which keys kept
-their old values, for the worker to log.
+(``baseline_window``), the persistence windows (``slow_of``, ``late_of``,
+``recur_of``, ``hold_of``) and the transfer ring (``transfer_rows``). A
+snapshot taken under other sizes keeps its own detector thresholds (its rings
+stay consistent with them) and takes the current root-cause scoring (``rca``)
+only; :func:`loads` says which keys kept their old values, for the worker to
+log.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from typing import Any
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.rca_config import RcaConfig
 
-SIZING = ("baseline_window", "slow_of", "late_of", "recur_of", "hold_of")
+SIZING = (
+    "baseline_window",
+    "slow_of",
+    "late_of",
+    "recur_of",
+    "hold_of",
+    "transfer_rows",
+)
 """Detector keys that size state an engine keeps (its rings and windows)."""
 
 

@@ -249,12 +249,12 @@ class Aggregator:
             return
         if op.done_flows:
             flows = [
-                (f.channel, f.peer, f.direction, f.chunks, f.first_ns, f.ts_ns)
+                (f.channel, f.peer, f.direction, f.chunks, f.first_ns, f.ts_ns, 0)
                 for f in op.done_flows
             ]
         else:  # FLOW_DONE records lost (overwritten): fall back to the last snapshots
             flows = [
-                (k[0], k[1], k[2], s.done, s.first_ns, s.last_ns)
+                (k[0], k[1], k[2], s.done, s.first_ns, s.last_ns, 0)
                 for k, s in sorted(op.flows.items())
             ]
         start = r.start_ns or op.start_ns

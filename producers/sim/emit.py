@@ -41,6 +41,7 @@ from mycroft.schemas.records import (
     RankHealth,
     StateBatch,
 )
+from mycroft.schemas.vocab import SEND
 
 PortState = Callable[
     [np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -225,10 +226,29 @@ class Emitter:
         fl["chunks"] = b.total(rows).ravel()
         fl["first_ns"] = self.ns(b.first[rows].ravel(), fhost)
         fl["last_ns"] = self.ns(b.last[rows].ravel(), fhost)
+        fl["wire_ns"] = self._wire_ns(b, rows)
         out.op.append(op)
         out.op_host.append(host)
         out.flow.append(fl)
         out.flow_host.append(fhost)
+
+    def _wire_ns(self, b: OpBlock, rows: np.ndarray) -> np.ndarray:
+        """Per flow of ``rows``, the time its data spent on the network, as
+        NCCL's ProxyStep events time it: per step, from the post (``isend``,
+        once the step's data is all in the FIFO and the receiver granted the
+        slot: the later of G's end and T's start) to done (D's end), summed
+        over the steps. Receive flows and flows within a host get 0: NCCL
+        times only the network transport's sends that way."""
+        tf = b.times[rows[:, None], b.fprof[rows]]  # (m, F, counter, b/e, step)
+        posted = np.maximum(tf[..., GPU_READY, 1, :], tf[..., TRANSMITTED, 0, :])
+        wire = np.maximum(tf[..., DONE, 1, :] - posted, 0.0).sum(axis=-1)
+        peer = np.clip(b.fpeer[rows], 0, len(self.layout.host_of) - 1)
+        net = (b.fdir[rows] == SEND) & (
+            self.layout.host_of[peer] != b.host[rows][:, None]
+        )
+        ok = net & np.isfinite(wire)
+        out: np.ndarray = np.where(ok, np.round(wire * 1e9), 0)
+        return out.astype(np.int64).ravel()
 
     def _rc(self, t_h: np.ndarray, busy: np.ndarray) -> np.ndarray:
         lay = self.layout

@@ -96,7 +96,7 @@ class Analyzer:
         self.cfg = config or DetectorConfig()
         self.ctx = DetectContext(
             job_id,
-            ProgressStore(self.cfg.history_ns),
+            ProgressStore(self.cfg.history_ns, self.cfg.transfer_rows),
             JobTopology(),
             BaselineBook(self.cfg.baseline_window, self.cfg),
             self.cfg,

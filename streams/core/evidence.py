@@ -99,6 +99,10 @@ class Rule(StrEnum):
     PCIE_BACKLOG = auto()
     """Most of the ready-not-sent backlog (G-T) drains into one GPU from
     several NICs."""
+    SLOW_TRANSFERS = auto()
+    """The network transfers through one part (a rank's path to its NIC, a
+    NIC side, a host) spend longer on the wire than in their own history,
+    beyond the job's change (``transfer_times``)."""
     # Slowdown: timing of completed ops.
     HOST_WIDE_LATE = auto()
     """Every rank of a host arrives late and its intra-host ops slowed."""

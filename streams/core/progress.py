@@ -17,6 +17,7 @@ from mycroft.schemas.records import CompletionBatch, NicPort, StateBatch
 from mycroft.schemas.vocab import SEND
 from mycroft.streams.core.ports import PortLog
 from mycroft.streams.core.rows import stack_rows
+from mycroft.streams.core.transfer_times import TransferTimes
 
 FLAT_FLOW = np.dtype(
     [
@@ -195,8 +196,9 @@ class ProgressStore:
     changed; ``history`` holds at most ``history_ns`` of flow snapshots.
     """
 
-    def __init__(self, history_ns: int) -> None:
+    def __init__(self, history_ns: int, transfer_rows: int = 8192) -> None:
         self.history_ns = history_ns
+        self.transfers = TransferTimes(transfer_rows)
         self.hosts: dict[str, HostState] = {}
         self.slots = np.zeros(0, dtype=SLOT)
         self._keys = np.zeros(0, dtype=np.uint64)  # sorted
@@ -318,9 +320,11 @@ class ProgressStore:
         self.ports.observe(host, tick_ns, nics)
 
     def ingest_completion(self, batch: CompletionBatch, now_ns: int) -> None:
-        """Mark the sending host alive; op rows are handled by the tracker."""
+        """Mark the sending host alive and keep its point-to-point transfer
+        times; op rows are joined by the tracker."""
         hs = self.host(batch.header.host)
         hs.last_now_ns = max(hs.last_now_ns, now_ns)
+        self.transfers.add(batch.op, batch.flow)
 
     def in_flight_ops(self) -> np.ndarray:
         """Return the latest in-flight op rows of every host (``_OP_PLUS``)."""

@@ -54,6 +54,17 @@ class RcaConfig:
             gpu_ready lags its peers'.
         span_share_cap: Most that lateness over the op span adds to a capped
             timing score (``SLOW_COMPUTE``, ``HOST_WIDE_LATE``).
+        transfer_slow_ratio: ``SLOW_TRANSFERS``: a sender-receiver pair is
+            slowed when its time per chunk grew this much more than the
+            job's median pair's (a third of a NIC's bandwidth lost, or more).
+        transfer_p_fault: ...the chance that a pair through a faulty part is
+            slowed (below 1: a fault of one direction or one channel, a pair
+            too lightly loaded to fill the slowed link).
+        transfer_p_noise: ...and the chance that any other pair is (two
+            GPUs' transfers meeting on one NIC, wire bursts, jitter).
+        transfer_min_before: Transfers a pair needs before the onset for its
+            own history to count.
+        transfer_min_after: ...and after it.
     """
 
     weights: Mapping[Rule, float] = field(default_factory=dict, hash=False)
@@ -68,6 +79,11 @@ class RcaConfig:
     unconsumed_surplus: float = 4.0
     ready_behind_bonus: float = 0.4
     span_share_cap: float = 1.0
+    transfer_slow_ratio: float = 1.5
+    transfer_p_fault: float = 0.8
+    transfer_p_noise: float = 0.1
+    transfer_min_before: int = 3
+    transfer_min_after: int = 2
 
     def __post_init__(self) -> None:
         """Reject values no scorer can work with; the error names the key."""
@@ -79,6 +95,15 @@ class RcaConfig:
                 raise ValueError(f"rca {f.name} must be in (0, 1], got {value}")
             if f.name in _BONUSES and value < 0:
                 raise ValueError(f"rca {f.name} must be >= 0, got {value}")
+        if self.transfer_slow_ratio <= 1:
+            raise ValueError(
+                f"rca transfer_slow_ratio must be > 1, got {self.transfer_slow_ratio}"
+            )
+        if self.transfer_p_noise >= self.transfer_p_fault or self.transfer_p_fault >= 1:
+            raise ValueError(
+                "rca transfer_p_noise < transfer_p_fault < 1 must hold, got "
+                f"{self.transfer_p_noise} and {self.transfer_p_fault}"
+            )
         for name in ("min_culprit_confidence", "hostwide_conf", "mismatch_pair_conf"):
             if getattr(self, name) > self.max_confidence:
                 raise ValueError(
@@ -136,9 +161,24 @@ class RcaConfig:
         return self.weight(Rule.UNCONSUMED_INPUT) + surplus + held
 
 
-_COUNTS = frozenset({"max_culprits", "reasons_shown", "min_timing_ops"})
+_COUNTS = frozenset(
+    {
+        "max_culprits",
+        "reasons_shown",
+        "min_timing_ops",
+        "transfer_min_before",
+        "transfer_min_after",
+    }
+)
 _SHARES = frozenset(
-    {"max_confidence", "hostwide_conf", "ambiguous_end", "mismatch_pair_conf"}
+    {
+        "max_confidence",
+        "hostwide_conf",
+        "ambiguous_end",
+        "mismatch_pair_conf",
+        "transfer_p_fault",
+        "transfer_p_noise",
+    }
 )
 _BONUSES = frozenset(
     {

@@ -3,14 +3,17 @@ ranks and hosts, and the ranking of what they name.
 
 Per rank, against its own healthy baseline and its peers in the same window:
 
-| evidence                                                      | component |
-|---------------------------------------------------------------|-----------|
-| cross-host flows' G-T or T-D out of band (``link_rules``)     | link (*)  |
-| late arrival, slow compute (``rca_timing``)                   | gpu       |
-| every rank of one host arrives late (``rca_hosts``)           | gpu       |
-| ready lag, finishing last (``rca_timing``)                    | pcie      |
+| evidence                                                        | component |
+|-----------------------------------------------------------------|-----------|
+| cross-host flows' G-T or T-D out of band (``link_rules``)       | link (*)  |
+| late arrival, slow compute (``rca_timing``)                     | gpu       |
+| every rank of one host arrives late (``rca_hosts``)             | gpu       |
+| ready lag, finishing last (``rca_timing``)                      | pcie      |
+| wire time of the transfers through one part (``rca_transfers``) | (**)      |
 
 (*) nic, network, proxy or pcie: the part the flagged flows share.
+(**) pcie (a rank's path), nic or network (a host): the part the slowed
+transfers share.
 
 A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank: this follows a slowdown across groups to its origin.
@@ -45,6 +48,7 @@ from mycroft.streams.core.rca_timing import (
     score_timing,
     symptom_floor,
 )
+from mycroft.streams.core.rca_transfers import score_transfers
 from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.suspect import Suspects, explain_away, rank_suspects
 
@@ -136,6 +140,7 @@ def explain_slowdown(
     hist = ctx.store.flow_history(since_ns)
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
     score_links(ctx, suspects, flows)
+    score_transfers(ctx, suspects, since_ns)
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)

@@ -122,7 +122,7 @@ def done_flow_codes(flow: np.ndarray, lo: int, hi: int) -> np.ndarray:
     mark(out, bad | (flow["chunks"] < 0), Reason.BAD_CODE)
     first, last = flow["first_ns"], flow["last_ns"]
     times = time_ok(first, lo, hi, True) & time_ok(last, lo, hi, True)
-    mark(out, ~(times & (last >= first)), Reason.ROW_TIME)
+    mark(out, ~(times & (last >= first)) | (flow["wire_ns"] < 0), Reason.ROW_TIME)
     return out
 
 

@@ -95,6 +95,7 @@ def _done_flow(flow: np.ndarray, lo: int, hi: int) -> bool:
         and _times(first, lo, hi, zero_ok=True)
         and _times(last, lo, hi, zero_ok=True)
         and _at_least(last, first)
+        and flow["wire_ns"].min() >= 0
     )
 
 

@@ -119,6 +119,9 @@ WEIGHTS: dict[Rule, Weight] = {
     Rule.NIC_RECEIVE_BACKLOG: Weight(_N, LINK_BASE, _NIC, "x (1 + log2(1 + flows))"),
     Rule.NIC_PCIE_BACKLOG: Weight(_P, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"),
     Rule.PCIE_BACKLOG: Weight(_P, LINK_BASE, _RANK, "x (1 + log2(1 + flows))"),
+    Rule.SLOW_TRANSFERS: Weight(
+        _N, LINK_BASE, _NIC, "on the part's component; x (1 + log2(1 + pairs))"
+    ),
     Rule.HOST_WIDE_LATE: Weight(
         _G, 1.5, _HOST, "one cause for a host; + lateness / span (at most 1)"
     ),
@@ -160,10 +163,13 @@ slows one part of a job whose ranks wait on each other backs up flows
 elsewhere (a slow consumer backs up its producers, a stalled link every
 flow queued behind it)."""
 
-DIRECT_RULES = frozenset({Rule.PORT_DOWN, Rule.PORT_FLAPPING, Rule.SLOW_COMPUTE})
+DIRECT_RULES = frozenset(
+    {Rule.PORT_DOWN, Rule.PORT_FLAPPING, Rule.SLOW_COMPUTE, Rule.SLOW_TRANSFERS}
+)
 """Slowdown rules measured at the part itself, which no fault elsewhere
 produces: a port that went down, a GPU computing longer between its ops
-than its on-time peers. A suspect with one explains the flow gaps of every
+than its on-time peers, transfers whose time on the wire grew (not their
+waits before it). A suspect with one explains the flow gaps of every
 suspect without one (``suspect.explain_away``)."""
 
 # Counts and floors.

@@ -166,7 +166,7 @@ def explain_away(suspects: Suspects) -> None:
         return
     why = (
         f"flow gaps explained by rank {top.rank}'s {top.best[0].value} "
-        "(measured there: a port down or its own compute)"
+        "(measured there: a port down, its own compute or its wire time)"
     )
     for r, comps in explained.items():
         suspects[r].scale(Rule.EXPLAINED_AWAY, comps, why, most / total)

@@ -71,6 +71,7 @@ def completion_batch() -> CompletionBatch:
     flow = empty(DONE_FLOW_COLUMNS, 2)
     flow["peer"] = [1, 0]
     flow["chunks"] = 64
+    flow["wire_ns"] = [12_000_000, 0]  # rank 0's send timed, rank 1's not
     return CompletionBatch(header(), op, flow)
 
 

@@ -144,3 +144,19 @@ def test_new_reader_reads_a_record_from_an_older_writer() -> None:
     hb = next(r for r in all_records() if type(r).__name__ == "Heartbeat")
     _, datum = Codec(newer).decode_datum(Codec().encode(hb))
     assert datum["numa_node"] == -1
+
+
+def test_a_completion_batch_from_before_wire_times_decodes_with_none_measured() -> None:
+    older = SchemaStore()
+    older._current["CompletionBatch"] = older.register(
+        load_schema_json("history/CompletionBatch.1.avsc")
+    )
+    batch = next(r for r in all_records() if type(r).__name__ == "CompletionBatch")
+    assert len(batch.flow)
+    _, datum = Codec().decode_datum(Codec().encode(batch))
+    datum.pop("flow_wire_ns")
+    wire = Codec(older).encode_datum("CompletionBatch", datum)
+
+    got = Codec().decode(wire)  # the current reader knows the older fingerprint
+    assert (got.flow["wire_ns"] == 0).all()
+    assert (got.flow["last_ns"] == batch.flow["last_ns"]).all()

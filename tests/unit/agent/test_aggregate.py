@@ -43,7 +43,7 @@ def test_completion_rows_use_flow_done_records_and_reset_each_tick() -> None:
     agg.apply("r3", L.OpDone(410, C, 0, 180, 1))
     rows = agg.tick()
     assert rows.done_op.tolist() == [(3, C, 0, 2, 4096, 100, 180, 410, 1)]
-    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 190, 400)]
+    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 190, 400, 0)]  # wire not timed
     assert rows.rc.tolist() == [(3, C, 0, 0, 410)]
     assert len(rows.op) == 0 and len(rows.flow) == 0
     assert len(agg.tick().done_op) == 0
@@ -55,7 +55,7 @@ def test_lost_flow_done_falls_back_to_progress_snapshots() -> None:
     agg.apply("r3", L.OpDone(300, C, 5, 0, 1))
     rows = agg.tick()
     assert rows.done_op.tolist() == [(3, C, 5, 0, 0, 200, 200, 300, 1)]
-    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 200, 200)]
+    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 200, 200, 0)]
 
 
 def test_resume_rebuilds_state_without_re_emitting() -> None:

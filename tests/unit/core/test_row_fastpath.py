@@ -68,6 +68,12 @@ def test_the_scenario_batches_are_valid_both_ways():
         assert _reference(b) and _fast(b)
 
 
+def test_a_negative_wire_time_is_a_bad_row_both_ways():
+    b = _copy(DONE)
+    b.flow["wire_ns"][0] = -1
+    assert not _reference(b) and not _fast(b)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([STATE, DONE]), st.data())
 def test_one_changed_field_gets_the_same_answer(base, data):

@@ -3,8 +3,9 @@
 Every behaviour beyond the default (1F1B, clock drift, noise, run-ahead) is
 opt-in; these digests were taken before any of them existed, so a change
 here means the default trace changed and the campaigns' numbers with it.
-Last taken when receive flows began to report G as the buffers the receiver
-posted (``schemas/ring.md``), not the sender's transmit.
+Last taken when completed cross-host sends began to carry their time on the
+wire (``wire_ns``, a new column of the completion record: the counters and
+timing of the trace did not change).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from mycroft.producers.sim.faults import parse_spec
 from mycroft.schemas.codec import Codec
 
 DIGESTS = {
-    "healthy": "f43e3d82b752c1fa6d4f5a5f6401966e409014a1676cf82f6794046704511870",
-    "link-flap": "79300053af0f2bae08b5b125da4a826b5c8dc10b75cda8de77a5cd6baf793b0e",
+    "healthy": "b804ad556c3dc245311e9a2e2bf4170eb53c1c78a956997f1c57b58b7bd426d0",
+    "link-flap": "bba34443da2d4bdca2f2f4e5655f59ee76f8afa8ff3930f83873d6f430475684",
 }
 
 

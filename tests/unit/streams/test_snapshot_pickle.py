@@ -105,7 +105,7 @@ def test_a_snapshot_of_another_release_restarts_the_job_from_its_topology(
     router = JobRouter(Analyzer)
     with caplog.at_level(logging.WARNING):
         assert router.restore([("j", blob)], 0, 1.0) == 1
-    assert "version 19 is not 99" in caplog.text
+    assert "version 20 is not 99" in caplog.text
     fresh = router.slots["j"]
     assert fresh.topology.keys() == {t.host for t in topology}
     for r in later:

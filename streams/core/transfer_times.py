@@ -1,0 +1,260 @@
+"""Wire timing: which part do the slowed network transfers share.
+
+Every completed op reports, per flow, the time its data spent on the
+network: per step from posted to done (NCCL's ProxyStep ``SendWait`` to the
+step's stop), summed (``completion.avsc``'s ``flow_wire_ns``). Unlike a
+flow's first-to-last time, this leaves out every wait before the data is
+posted: for the receiver's credit (a slow GPU downstream), for the GPU to
+produce it (a ring waiting on its slowest neighbour, a TP group's sync). A
+part that slows (a NIC's transmit or receive side, a GPU's PCIe path, a
+host's uplink) stretches the wire time of the flows crossing it and leaves
+the others as they were.
+
+The model, in three steps, each over all flows at once:
+
+1. Per sender-receiver pair, the median log wire time per chunk before the
+   incident's onset (its own history) and after it; the pair's change is the
+   difference. The job's median change is taken out: a slowdown of every
+   pair (a slower phase, the whole job waiting on one rank) is nobody's link.
+2. A pair is *slowed* when its change exceeds ``log(transfer_slow_ratio)``.
+3. Every candidate part (each rank's send and receive path, each NIC's
+   transmit and receive side, each host's) is scored by a log-likelihood
+   ratio: a pair through a faulty part is slowed with probability
+   ``transfer_p_fault``, any other with ``transfer_p_noise``; each slowed
+   pair through the part adds ``log(pf / pn)``, each unslowed one
+   ``log((1 - pf) / (1 - pn))``. The best part is the culprit this evidence
+   names; parts scoring alike are all named (the two ends of one cable cannot
+   be told apart by its transfers), and so is the wider of two nested parts
+   scoring alike (a rank alone on its NIC: NIC and PCIe path are the same
+   transfers, and the NIC is the part ranks share).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from mycroft.schemas.vocab import SEND
+from mycroft.streams.core.rca_config import RcaConfig
+
+TIMES = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("peer", "<i4"),
+        ("first_ns", "<i8"),
+        ("last_ns", "<i8"),
+        ("log_ns", "<f4"),  # log of the wire time per chunk, ns
+    ]
+)
+"""One completed network send (one op, one peer): its pair, its span and
+its time on the wire per chunk."""
+
+
+class TransferTimes:
+    """The latest ``capacity`` timed network sends, as a ring of ``TIMES``
+    rows (one per op and peer, its channels merged)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.rows = np.zeros(capacity, dtype=TIMES)
+        self.count = 0  # rows ever written; the ring holds the last ``capacity``
+
+    def add(self, op: np.ndarray, flow: np.ndarray) -> None:
+        """Keep the timed network sends of a completion batch's ``op`` and
+        ``flow`` rows (``DONE_OP_COLUMNS``, ``DONE_FLOW_COLUMNS``): one row
+        per op and peer, its channels' wire times and chunks summed."""
+        if not len(op) or not len(flow) or not len(self.rows):
+            return
+        owner = np.repeat(np.arange(len(op)), op["nflows"])
+        if len(owner) != len(flow):
+            return  # the batch's checks reject it; nothing here to keep
+        keep = (flow["dir"] == SEND) & (flow["wire_ns"] > 0) & (flow["chunks"] > 0)
+        if not keep.any():
+            return
+        owner, fl = owner[keep], flow[keep]
+        order = np.lexsort((fl["peer"], owner))
+        owner, fl = owner[order], fl[order]
+        peer = fl["peer"]
+        starts = np.flatnonzero(
+            np.r_[True, (owner[1:] != owner[:-1]) | (peer[1:] != peer[:-1])]
+        )
+        chunks = np.add.reduceat(fl["chunks"].astype(np.int64), starts)
+        wire = np.add.reduceat(fl["wire_ns"], starts)
+        new = np.zeros(len(starts), dtype=TIMES)
+        new["rank"] = op["rank"][owner[starts]]
+        new["peer"] = peer[starts]
+        new["first_ns"] = np.minimum.reduceat(fl["first_ns"], starts)
+        new["last_ns"] = np.maximum.reduceat(fl["last_ns"], starts)
+        new["log_ns"] = np.log(wire / chunks)
+        self._write(new)
+
+    def _write(self, new: np.ndarray) -> None:
+        cap = len(self.rows)
+        new = new[-cap:]
+        at = (self.count + np.arange(len(new))) % cap
+        self.rows[at] = new
+        self.count += len(new)
+
+    def kept(self) -> np.ndarray:
+        """The rows held, oldest first."""
+        cap = len(self.rows)
+        if self.count <= cap:
+            return self.rows[: self.count]
+        at = self.count % cap
+        return np.concatenate((self.rows[at:], self.rows[:at]))
+
+
+@dataclass(frozen=True)
+class PairChanges:
+    """Per sender-receiver pair with times on both sides of the onset."""
+
+    rank: np.ndarray
+    peer: np.ndarray
+    change: np.ndarray  # log slowdown, the job's median change taken out
+    slowed: np.ndarray  # bool
+
+
+def pair_changes(rows: np.ndarray, since_ns: int, rca: RcaConfig) -> PairChanges:
+    """Each pair's change in time per chunk from before ``since_ns`` to after
+    it (``rows``: ``TIMES``), net of the job's median change.
+
+    A pair counts with ``transfer_min_before`` transfers ended before the
+    onset and ``transfer_min_after`` started after it.
+    """
+    empty = np.zeros(0, dtype=np.int64)
+    if not len(rows):
+        return PairChanges(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
+    before = _pair_medians(rows[rows["last_ns"] < since_ns], rca.transfer_min_before)
+    after = _pair_medians(rows[rows["first_ns"] >= since_ns], rca.transfer_min_after)
+    both = sorted(before.keys() & after.keys())
+    if not both:
+        return PairChanges(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
+    pairs = np.array(both, dtype=np.int64)
+    raw = np.array([after[p] - before[p] for p in both])
+    change = raw - np.median(raw)
+    slowed = change >= math.log(rca.transfer_slow_ratio)
+    return PairChanges(pairs[:, 0], pairs[:, 1], change, slowed)
+
+
+def _pair_medians(rows: np.ndarray, least: int) -> dict[tuple[int, int], float]:
+    """Median ``log_ns`` per (rank, peer) with at least ``least`` rows."""
+    if not len(rows):
+        return {}
+    order = np.lexsort((rows["log_ns"], rows["peer"], rows["rank"]))
+    r, p, v = rows["rank"][order], rows["peer"][order], rows["log_ns"][order]
+    starts = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (p[1:] != p[:-1])])
+    counts = np.diff(np.r_[starts, len(r)])
+    lo = v[starts + (counts - 1) // 2].astype(np.float64)
+    hi = v[starts + counts // 2].astype(np.float64)
+    med = (lo + hi) / 2
+    return {
+        (int(r[s]), int(p[s])): float(m)
+        for s, n, m in zip(starts, counts, med, strict=True)
+        if n >= least
+    }
+
+
+class Side(StrEnum):
+    """Which of a part's transfers are read: those it sends, or receives."""
+
+    SEND = "send"
+    RECV = "recv"
+
+
+class Scope(StrEnum):
+    """The part: one rank's path to its NIC, a NIC, or a host."""
+
+    RANK = "rank"
+    NIC = "nic"
+    HOST = "host"
+
+
+@dataclass(frozen=True)
+class SlowPart:
+    """A part the slowed transfers share, with its score.
+
+    ``ranks``: the part's ranks that sent (``Side.SEND``) or received the
+    slowed transfers through it, most slowed first.
+    """
+
+    scope: Scope
+    side: Side
+    key: int
+    ranks: tuple[int, ...]
+    slowed: int
+    clean: int
+    llr: float
+
+
+def slow_parts(
+    pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray, rca: RcaConfig
+) -> list[SlowPart]:
+    """The parts that best explain the slowed cross-host pairs (several when
+    tied; empty when no part explains two or more of them better than chance).
+
+    ``nic_of`` and ``host_of`` give a job-wide NIC and host id per rank
+    (index), -1 where unknown; pairs within a host (NVLink, shared memory)
+    cross no NIC and are left out.
+    """
+    cross = _lookup(host_of, pairs.rank) != _lookup(host_of, pairs.peer)
+    pairs = PairChanges(
+        pairs.rank[cross], pairs.peer[cross], pairs.change[cross], pairs.slowed[cross]
+    )
+    if not pairs.slowed.any():
+        return []
+    gain = math.log(rca.transfer_p_fault / rca.transfer_p_noise)
+    loss = math.log((1 - rca.transfer_p_fault) / (1 - rca.transfer_p_noise))
+    scored: list[SlowPart] = []
+    for scope, ids in ((Scope.RANK, None), (Scope.NIC, nic_of), (Scope.HOST, host_of)):
+        for side, ends in ((Side.SEND, pairs.rank), (Side.RECV, pairs.peer)):
+            key = ends if ids is None else _lookup(ids, ends)
+            scored.extend(_score(scope, side, key, ends, pairs, gain=gain, loss=loss))
+    scored = [p for p in scored if p.slowed >= 2 and p.llr > 0]  # noqa: PLR2004 - one pair has two ends
+    if not scored:
+        return []
+    best = max(p.llr for p in scored)
+    top = [p for p in scored if math.isclose(p.llr, best, rel_tol=1e-9)]
+    return _widest(top)
+
+
+def _lookup(ids: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    out = np.full(len(ranks), -1, dtype=np.int64)
+    ok = (ranks >= 0) & (ranks < len(ids))
+    out[ok] = ids[ranks[ok]]
+    return out
+
+
+def _score(  # noqa: PLR0913 - one part kind's columns
+    scope: Scope,
+    side: Side,
+    key: np.ndarray,
+    ends: np.ndarray,
+    pairs: PairChanges,
+    *,
+    gain: float,
+    loss: float,
+) -> list[SlowPart]:
+    out: list[SlowPart] = []
+    for k in np.unique(key[pairs.slowed]):
+        if k < 0:
+            continue
+        mine = key == k
+        hit = mine & pairs.slowed
+        n_slow, n_clean = int(hit.sum()), int((mine & ~pairs.slowed).sum())
+        who, times = np.unique(ends[hit], return_counts=True)
+        ranks = tuple(int(r) for r in who[np.lexsort((who, -times))])
+        llr = n_slow * gain + n_clean * loss
+        out.append(SlowPart(scope, side, int(k), ranks, n_slow, n_clean, llr))
+    return out
+
+
+def _widest(top: list[SlowPart]) -> list[SlowPart]:
+    """Of tied parts whose slowed ranks one contains, keep the wider part."""
+    order = list(Scope)
+    keep: list[SlowPart] = []
+    for p in sorted(top, key=lambda p: -order.index(p.scope)):
+        if not any(q.side == p.side and set(p.ranks) <= set(q.ranks) for q in keep):
+            keep.append(p)
+    return keep

@@ -1,0 +1,168 @@
+"""``transfer_times``: the ring of point-to-point transfers and the parts
+their slowdowns point at."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mycroft.schemas.columns import DONE_FLOW_COLUMNS, DONE_OP_COLUMNS, empty
+from mycroft.schemas.vocab import OP_NAMES, RECV, SEND
+from mycroft.streams.core.rca_config import RcaConfig
+from mycroft.streams.core.transfer_times import (
+    TIMES,
+    PairChanges,
+    Scope,
+    Side,
+    TransferTimes,
+    pair_changes,
+    slow_parts,
+)
+
+RCA = RcaConfig()
+ONSET = 1_000_000_000
+
+
+def _batch(
+    rank: int, kind: str, flows: list[tuple[int, int, int, int, int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """One op of ``rank``, flows ``(peer, dir, chunks, first_ns, last_ns, wire_ns)``."""
+    op = empty(DONE_OP_COLUMNS, 1)
+    op["rank"], op["kind"], op["nflows"] = rank, OP_NAMES.index(kind), len(flows)
+    fl = empty(DONE_FLOW_COLUMNS, len(flows))
+    for i, (peer, d, chunks, first, last, wire) in enumerate(flows):
+        fl[i]["channel"], fl[i]["peer"], fl[i]["dir"] = i, peer, d
+        fl[i]["chunks"], fl[i]["first_ns"], fl[i]["last_ns"] = chunks, first, last
+        fl[i]["wire_ns"] = wire
+    return op, fl
+
+
+def test_a_timed_send_is_one_row_per_op_and_peer_its_channels_merged() -> None:
+    times = TransferTimes(8)
+    flows = [
+        (9, SEND, 4, 100, 900, 300),
+        (5, SEND, 2, 150, 700, 100),
+        (9, SEND, 4, 300, 1700, 500),
+        (9, RECV, 4, 100, 900, 0),  # receive flows carry no wire time
+        (7, SEND, 4, 100, 900, 0),  # not timed (a flow within a host)
+    ]
+    times.add(*_batch(3, "allreduce", flows))
+    rows = times.kept()
+    got = [(int(r["peer"]), int(r["first_ns"]), int(r["last_ns"])) for r in rows]
+    assert sorted(got) == [(5, 150, 700), (9, 100, 1700)]
+    nine = rows[rows["peer"] == 9][0]
+    assert nine["log_ns"] == pytest.approx(np.log(800 / 8))
+
+
+def test_the_ring_keeps_the_latest_rows_oldest_first() -> None:
+    times = TransferTimes(3)
+    for t in range(5):
+        times.add(*_batch(t, "send", [(9, SEND, 1, t, t + 10, 5)]))
+    assert times.kept()["rank"].tolist() == [2, 3, 4]
+
+
+def _rows(pairs: dict[tuple[int, int], tuple[float, float]], n: int = 4) -> np.ndarray:
+    """``n`` transfers per pair before the onset and ``n`` after, at the
+    given times per chunk (ns)."""
+    out = []
+    for (r, p), (before, after) in pairs.items():
+        for i in range(n):
+            out.append((r, p, i * 1000, i * 1000 + 10, np.log(before)))
+            t = ONSET + i * 1000
+            out.append((r, p, t, t + 10, np.log(after)))
+    return np.array(out, dtype=TIMES)
+
+
+def test_a_pair_is_slowed_against_its_own_history_net_of_the_job() -> None:
+    # Every pair 2x slower (a slower phase), one 6x: only that one is slowed.
+    rows = _rows(
+        {(0, 8): (10, 20), (1, 9): (50, 100), (2, 10): (10, 60), (3, 11): (7, 14)}
+    )
+    ch = pair_changes(rows, ONSET, RCA)
+    assert list(
+        zip(ch.rank.tolist(), ch.peer.tolist(), ch.slowed.tolist(), strict=True)
+    ) == [
+        (0, 8, False),
+        (1, 9, False),
+        (2, 10, True),
+        (3, 11, False),
+    ]
+    assert ch.change[2] == pytest.approx(np.log(3))
+
+
+def test_a_pair_without_enough_history_is_not_judged() -> None:
+    rows = _rows({(0, 8): (10, 60)}, n=RCA.transfer_min_before - 1)
+    assert len(pair_changes(rows, ONSET, RCA).rank) == 0
+
+
+def _changes(
+    slowed: list[tuple[int, int]], clean: list[tuple[int, int]]
+) -> PairChanges:
+    pairs = slowed + clean
+    return PairChanges(
+        np.array([r for r, _ in pairs]),
+        np.array([p for _, p in pairs]),
+        np.array([1.0] * len(slowed) + [0.0] * len(clean)),
+        np.array([True] * len(slowed) + [False] * len(clean)),
+    )
+
+
+# 4 hosts of 4 ranks, 2 ranks per NIC: rank r on host r // 4, NIC r // 2.
+HOST_OF = np.arange(16) // 4
+NIC_OF = np.arange(16) // 2
+# The pipeline's cross-host pairs: rank r sends to r + 4 and receives from it.
+PAIRS = [(r, r + 4) for r in range(12)] + [(r + 4, r) for r in range(12)]
+
+
+def _others(*slowed: tuple[int, int]) -> list[tuple[int, int]]:
+    return [p for p in PAIRS if p not in slowed]
+
+
+def test_both_ranks_of_a_nic_sending_slowly_name_the_nic() -> None:
+    slowed = [(4, 8), (5, 9), (4, 0), (5, 1)]
+    parts = slow_parts(_changes(slowed, _others(*slowed)), NIC_OF, HOST_OF, RCA)
+    assert [(p.scope, p.side, p.ranks) for p in parts] == [
+        (Scope.NIC, Side.SEND, (4, 5))
+    ]
+
+
+def test_one_rank_slow_both_ways_its_nic_mate_clean_names_its_path() -> None:
+    slowed = [(4, 8), (8, 4), (4, 0), (0, 4)]
+    parts = slow_parts(_changes(slowed, _others(*slowed)), NIC_OF, HOST_OF, RCA)
+    assert {(p.scope, p.ranks[0]) for p in parts} == {(Scope.RANK, 4)}
+
+
+def test_one_slowed_pair_names_nothing() -> None:
+    slowed = [(4, 8)]
+    assert slow_parts(_changes(slowed, _others(*slowed)), NIC_OF, HOST_OF, RCA) == []
+
+
+def test_a_rank_alone_on_its_nic_is_named_by_its_nic() -> None:
+    nic_of = np.arange(
+        16
+    )  # one rank per NIC: its path and its NIC carry the same pairs
+    slowed = [(4, 8), (4, 0)]
+    parts = slow_parts(_changes(slowed, _others(*slowed)), nic_of, HOST_OF, RCA)
+    assert [(p.scope, p.side, p.ranks) for p in parts] == [(Scope.NIC, Side.SEND, (4,))]
+
+
+def test_pairs_within_a_host_cross_no_nic() -> None:
+    slowed = [(4, 5), (4, 6), (4, 7)]
+    assert slow_parts(_changes(slowed, PAIRS), NIC_OF, HOST_OF, RCA) == []
+
+
+def test_the_two_ends_of_one_link_tie_and_are_both_named() -> None:
+    # Both ranks of NIC 2 send slowly to both ranks of NIC 4, which receive
+    # from nobody else: the sending NIC and the receiving one explain it
+    # alike (their hosts' other NICs are clean).
+    slowed = [(4, 8), (5, 9)]
+    parts = slow_parts(_changes(slowed, [(6, 10), (7, 11)]), NIC_OF, HOST_OF, RCA)
+    assert {(p.side, p.ranks) for p in parts} == {
+        (Side.SEND, (4, 5)),
+        (Side.RECV, (8, 9)),
+    }
+
+
+def test_config_rejects_noise_above_the_fault_rate() -> None:
+    with pytest.raises(ValueError, match="transfer_p_noise"):
+        RcaConfig(transfer_p_noise=0.6, transfer_p_fault=0.5)
