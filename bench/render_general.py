@@ -83,11 +83,6 @@ RENDERERS = {
         "python bench/campaign_general.py --half report --healthy-runs 0",
         _half,
     ),
-    "campaign_general_tune_seeds3": (
-        "General campaign: tune half, 3 seeds of 24 s (the script's defaults)",
-        "python bench/campaign_general.py --half tune --healthy-runs 0",
-        _half,
-    ),
     "campaign_general_report_healthy": (
         "General campaign: report-only half, 30 healthy simulated minutes",
         "python bench/campaign_general.py --half report --faults none "
