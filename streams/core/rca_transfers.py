@@ -18,6 +18,7 @@ from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.transfer_times import (
     PairChanges,
     Scope,
+    Side,
     SlowPart,
     pair_changes,
     slow_parts,
@@ -74,7 +75,7 @@ def _reason(
     part: SlowPart, pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray
 ) -> str:
     ids = {Scope.NIC: nic_of, Scope.HOST: host_of}.get(part.scope)
-    ends = pairs.rank if part.side == "send" else pairs.peer
+    ends = pairs.rank if part.side == Side.SEND else pairs.peer
     mine = np.isin(ends, part.ranks) if ids is None else ids[ends] == part.key
     grew = math.exp(float(np.median(pairs.change[mine & pairs.slowed])))
     where = {
@@ -82,7 +83,7 @@ def _reason(
         Scope.NIC: "its NIC",
         Scope.HOST: "its host",
     }
-    verb = "sent" if part.side == "send" else "received"
+    verb = "sent" if part.side == Side.SEND else "received"
     return (
         f"{part.slowed} of {part.slowed + part.clean} transfers {verb} through "
         f"{where[part.scope]} (ranks {', '.join(map(str, part.ranks))}) spend "

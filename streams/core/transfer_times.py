@@ -39,6 +39,7 @@ import numpy as np
 
 from mycroft.schemas.vocab import SEND
 from mycroft.streams.core.rca_config import RcaConfig
+from mycroft.streams.core.rows import group_medians, run_starts
 
 TIMES = np.dtype(
     [
@@ -77,9 +78,7 @@ class TransferTimes:
         order = np.lexsort((fl["peer"], owner))
         owner, fl = owner[order], fl[order]
         peer = fl["peer"]
-        starts = np.flatnonzero(
-            np.r_[True, (owner[1:] != owner[:-1]) | (peer[1:] != peer[:-1])]
-        )
+        starts = np.flatnonzero(run_starts(owner, peer))
         chunks = np.add.reduceat(fl["chunks"].astype(np.int64), starts)
         wire = np.add.reduceat(fl["wire_ns"], starts)
         new = np.zeros(len(starts), dtype=TIMES)
@@ -118,42 +117,33 @@ class PairChanges:
 
 def pair_changes(rows: np.ndarray, since_ns: int, rca: RcaConfig) -> PairChanges:
     """Each pair's change in time per chunk from before ``since_ns`` to after
-    it (``rows``: ``TIMES``), net of the job's median change.
+    it (``rows``: ``TIMES``), net of the job's median change; pairs in
+    ascending (rank, peer) order.
 
     A pair counts with ``transfer_min_before`` transfers ended before the
     onset and ``transfer_min_after`` started after it.
     """
-    empty = np.zeros(0, dtype=np.int64)
-    if not len(rows):
-        return PairChanges(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
-    before = _pair_medians(rows[rows["last_ns"] < since_ns], rca.transfer_min_before)
-    after = _pair_medians(rows[rows["first_ns"] >= since_ns], rca.transfer_min_after)
-    both = sorted(before.keys() & after.keys())
-    if not both:
-        return PairChanges(empty, empty, np.zeros(0), np.zeros(0, dtype=bool))
-    pairs = np.array(both, dtype=np.int64)
-    raw = np.array([after[p] - before[p] for p in both])
-    change = raw - np.median(raw)
+    b_key, b_med = _pair_medians(
+        rows[rows["last_ns"] < since_ns], rca.transfer_min_before
+    )
+    a_key, a_med = _pair_medians(
+        rows[rows["first_ns"] >= since_ns], rca.transfer_min_after
+    )
+    both, ia, ib = np.intersect1d(a_key, b_key, assume_unique=True, return_indices=True)
+    raw = a_med[ia] - b_med[ib]
+    change = raw - np.median(raw) if len(raw) else raw
     slowed = change >= math.log(rca.transfer_slow_ratio)
-    return PairChanges(pairs[:, 0], pairs[:, 1], change, slowed)
+    return PairChanges(both >> 32, both & 0xFFFFFFFF, change, slowed)
 
 
-def _pair_medians(rows: np.ndarray, least: int) -> dict[tuple[int, int], float]:
-    """Median ``log_ns`` per (rank, peer) with at least ``least`` rows."""
-    if not len(rows):
-        return {}
-    order = np.lexsort((rows["log_ns"], rows["peer"], rows["rank"]))
-    r, p, v = rows["rank"][order], rows["peer"][order], rows["log_ns"][order]
-    starts = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (p[1:] != p[:-1])])
-    counts = np.diff(np.r_[starts, len(r)])
-    lo = v[starts + (counts - 1) // 2].astype(np.float64)
-    hi = v[starts + counts // 2].astype(np.float64)
-    med = (lo + hi) / 2
-    return {
-        (int(r[s]), int(p[s])): float(m)
-        for s, n, m in zip(starts, counts, med, strict=True)
-        if n >= least
-    }
+def _pair_medians(rows: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (``rank << 32 | peer``, ascending) with at least ``least`` rows,
+    and the median ``log_ns`` of each."""
+    key = (rows["rank"].astype(np.int64) << 32) | rows["peer"].astype(np.int64)
+    _, n = np.unique(key, return_counts=True)
+    pairs, med = group_medians(key, rows["log_ns"])
+    keep = n >= least
+    return pairs[keep], med[keep]
 
 
 class Side(StrEnum):
