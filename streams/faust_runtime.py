@@ -35,7 +35,7 @@ from mycroft.streams.snapshot_pickle import SIZING
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 20  # 20: ProgressStore.transfers (19: configs by persistent id)
+SNAPSHOT_VERSION = 21  # 21: transfer ring sized per rank (20: ProgressStore.transfers)
 MAX_ANOMALY_IDS = 2048
 
 

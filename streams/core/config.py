@@ -96,11 +96,12 @@ class DetectorConfig:
             a port that keeps failing is not.
         port_flap_window_s: See ``port_flap_need``; a few heartbeat periods.
         history_s: Seconds of flow snapshots kept per host for RCA.
-        transfer_rows: Completed network sends (one per op and peer) kept
-            per job for ``SLOW_TRANSFERS`` (``transfer_times``): a 64-rank
-            job completes 700-900 a second, so the default holds its last
-            ~9 s, the onset and the history before it while a verdict forms
-            (229 KB of state).
+        transfer_rows_per_rank: Completed network sends (one per op and
+            peer) kept per rank of a job for ``SLOW_TRANSFERS``
+            (``transfer_times``): a 64-rank job completes 700-900 a second,
+            11-14 per rank, so the default holds ~9 s of any job's sends,
+            the onset and the history before it while a verdict forms
+            (3.5 KB per rank: 229 KB at 64 ranks, 3.7 MB at 1,024).
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.
         incident_max_anomalies: Anomalies published per incident; later ones
@@ -143,7 +144,7 @@ class DetectorConfig:
     port_flap_need: int = 3
     port_flap_window_s: float = 10.0
     history_s: float = 12.0
-    transfer_rows: int = 8192
+    transfer_rows_per_rank: int = 128
     incident_quiet_s: float = 5.0
     incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0

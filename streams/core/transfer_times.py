@@ -55,18 +55,26 @@ its time on the wire per chunk."""
 
 
 class TransferTimes:
-    """The latest ``capacity`` timed network sends, as a ring of ``TIMES``
-    rows (one per op and peer, its channels merged)."""
+    """The latest timed network sends, as a ring of ``TIMES`` rows (one per
+    op and peer, its channels merged).
 
-    def __init__(self, capacity: int) -> None:
-        self.rows = np.zeros(capacity, dtype=TIMES)
-        self.count = 0  # rows ever written; the ring holds the last ``capacity``
+    The ring holds ``per_rank`` rows for every rank that sent or received
+    one, and grows when a new rank shows up: a job's sends per second grow
+    with its ranks, so every job keeps about the same seconds of history,
+    the onset and the time before it.
+    """
+
+    def __init__(self, per_rank: int) -> None:
+        self.per_rank = per_rank
+        self.ranks = np.zeros(0, dtype=np.int32)  # seen, ascending
+        self.rows = np.zeros(0, dtype=TIMES)
+        self.count = 0  # rows ever written; the ring holds the last ``len(rows)``
 
     def add(self, op: np.ndarray, flow: np.ndarray) -> None:
         """Keep the timed network sends of a completion batch's ``op`` and
         ``flow`` rows (``DONE_OP_COLUMNS``, ``DONE_FLOW_COLUMNS``): one row
         per op and peer, its channels' wire times and chunks summed."""
-        if not len(op) or not len(flow) or not len(self.rows):
+        if not len(op) or not len(flow) or self.per_rank <= 0:
             return
         owner = np.repeat(np.arange(len(op)), op["nflows"])
         if len(owner) != len(flow):
@@ -87,7 +95,19 @@ class TransferTimes:
         new["first_ns"] = np.minimum.reduceat(fl["first_ns"], starts)
         new["last_ns"] = np.maximum.reduceat(fl["last_ns"], starts)
         new["log_ns"] = np.log(wire / chunks)
+        self._fit(np.concatenate((new["rank"], new["peer"])))
         self._write(new)
+
+    def _fit(self, ranks: np.ndarray) -> None:
+        """Grow the ring to ``per_rank`` rows for each rank seen."""
+        self.ranks = np.union1d(self.ranks, ranks).astype(np.int32)
+        want = self.per_rank * len(self.ranks)
+        if want <= len(self.rows):
+            return
+        held = self.kept()
+        self.rows = np.zeros(want, dtype=TIMES)
+        self.rows[: len(held)] = held
+        self.count = len(held)
 
     def _write(self, new: np.ndarray) -> None:
         cap = len(self.rows)

@@ -55,10 +55,23 @@ def test_a_timed_send_is_one_row_per_op_and_peer_its_channels_merged() -> None:
 
 
 def test_the_ring_keeps_the_latest_rows_oldest_first() -> None:
-    times = TransferTimes(3)
-    for t in range(5):
-        times.add(*_batch(t, "send", [(9, SEND, 1, t, t + 10, 5)]))
-    assert times.kept()["rank"].tolist() == [2, 3, 4]
+    times = TransferTimes(2)  # two ranks seen: 4 rows
+    for t in range(6):
+        times.add(*_batch(3, "send", [(9, SEND, 1, t, t + 10, 5)]))
+    assert times.kept()["first_ns"].tolist() == [2, 3, 4, 5]
+
+
+def test_the_ring_grows_with_the_ranks_it_sees_keeping_what_it_held() -> None:
+    times = TransferTimes(1)
+    times.add(*_batch(0, "send", [(1, SEND, 1, 0, 10, 5)]))
+    times.add(*_batch(1, "send", [(0, SEND, 1, 1, 11, 5)]))
+    assert len(times.rows) == 2  # ranks 0 and 1
+    times.add(*_batch(2, "send", [(3, SEND, 1, 2, 12, 5), (0, SEND, 1, 2, 12, 5)]))
+    assert len(times.rows) == 4  # ranks 0-3
+    assert times.kept()["first_ns"].tolist() == [0, 1, 2, 2]
+    times.add(*_batch(3, "send", [(2, SEND, 1, 3, 13, 5)]))
+    assert len(times.rows) == 4
+    assert times.kept()["first_ns"].tolist() == [1, 2, 2, 3]
 
 
 def _rows(pairs: dict[tuple[int, int], tuple[float, float]], n: int = 4) -> np.ndarray:
