@@ -75,8 +75,8 @@ PAYLOADS: dict[Kind, struct.Struct] = {
     Kind.OP_ISSUED: struct.Struct("<QqqBBBxiB7x"),
     # comm, seq, channel, dir, pad, peer, total, gpu_ready, transmitted, done
     Kind.FLOW_PROGRESS: struct.Struct("<QqhBxiiiii"),
-    # comm, seq, first_ns, channel, dir, pad, peer, chunks, reserved
-    Kind.FLOW_DONE: struct.Struct("<QqqhBxii4x"),
+    # comm, seq, first_ns, channel, dir, pad, peer, chunks, wire_us (0: none)
+    Kind.FLOW_DONE: struct.Struct("<QqqhBxiiI"),
     # comm, seq, start_ns, nflows, reserved
     Kind.OP_DONE: struct.Struct("<Qqqi12x"),
     # step, dropped comms/ops/flows, pxn_flows (v2; zero in v1), reserved
@@ -177,7 +177,8 @@ class FlowProgress:
 
 @dataclass(frozen=True)
 class FlowDone:
-    """One finished flow of an op: ``ts_ns`` is its last completion."""
+    """One finished flow of an op: ``ts_ns`` is its last completion;
+    ``wire_us`` a send's time on the network (0: not measured)."""
 
     ts_ns: int
     comm: int
@@ -187,6 +188,7 @@ class FlowDone:
     direction: int
     peer: int
     chunks: int
+    wire_us: int = 0
 
 
 @dataclass(frozen=True)

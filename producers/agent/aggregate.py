@@ -249,7 +249,8 @@ class Aggregator:
             return
         if op.done_flows:
             flows = [
-                (f.channel, f.peer, f.direction, f.chunks, f.first_ns, f.ts_ns, 0)
+                (f.channel, f.peer, f.direction, f.chunks, f.first_ns, f.ts_ns)
+                + (f.wire_us * 1000,)
                 for f in op.done_flows
             ]
         else:  # FLOW_DONE records lost (overwritten): fall back to the last snapshots

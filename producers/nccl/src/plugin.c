@@ -1,8 +1,8 @@
 /* Mycroft's NCCL profiler plugin: per-flow G/T/D counters from NCCL's proxy events into the ring.
  *
  * Threads: NCCL's proxy threads call the event functions; they only touch fixed pools
- * (allocated at the first init) with atomics, one clock read per finished step, no lock and no
- * syscall. One tick thread (every MYCROFT_NCCL_TICK_MS, default 100 ms, the torch tracer's tick)
+ * (allocated at the first init) with atomics, one clock read per finished step (two per send
+ * step: its SendWait too, for the wire time), no lock and no syscall. One tick thread (every MYCROFT_NCCL_TICK_MS, default 100 ms, the torch tracer's tick)
  * is the ring's only writer: it snapshots live flows (FLOW_PROGRESS), retires finished flows
  * (FLOW_DONE) and ops (OP_DONE) and writes a BEAT with the pool-exhaustion counters each tick.
  * A tick thread was chosen over writing on the proxy thread's own events because the ring needs
@@ -65,12 +65,14 @@ typedef struct myc_flow {
    *       done = stop (consumed); posted mirrors ready. */
   _Atomic int posted, ready, received, trans, done;
   _Atomic int64_t bytes, first_ns, last_ns;
+  _Atomic int64_t wire_ns; /* send: per step, SendWait to stop, summed (FLOW_DONE wire_us) */
   int last[5]; /* tick thread's last snapshot of posted, ready, received, trans, done */
 } myc_flow_t;
 
 typedef struct {
   myc_flow_t *flow;
   _Atomic uint8_t bits; /* which states of this step were counted */
+  int64_t posted_ns;    /* send: SendWait (the data went to the network); 0 before */
 } myc_step_t;
 
 
@@ -391,6 +393,7 @@ static ncclResult_t start_common(void *ctx, void **h, const myc_descr_t *d) {
       atomic_store_explicit(&f->bytes, 0, memory_order_relaxed);
       atomic_store_explicit(&f->first_ns, 0, memory_order_relaxed);
       atomic_store_explicit(&f->last_ns, 0, memory_order_relaxed);
+      atomic_store_explicit(&f->wire_ns, 0, memory_order_relaxed);
       for (int i = 0; i < 5; i++) f->last[i] = -1;
       if (op) {
         atomic_fetch_add(&op->refs, 1);
@@ -405,6 +408,7 @@ static ncclResult_t start_common(void *ctx, void **h, const myc_descr_t *d) {
       if (!f) return ncclSuccess;
       myc_step_t *s = &g.steps[(size_t)(f - g.flows) * MYC_STEPS + (unsigned)d->step % MYC_STEPS];
       s->flow = f;
+      s->posted_ns = 0;
       atomic_store_explicit(&s->bits, 0, memory_order_relaxed);
       *h = s;
       break;
@@ -473,6 +477,7 @@ static ncclResult_t record_common(void *h, int state, size_t trans_size) {
       break;
     case MYC_ST_SEND_WAIT: /* isend returned a request: send T */
       if (first_time(s, 4)) {
+        s->posted_ns = now_ns();
         first_progress(f);
         bump(&f->trans);
         atomic_fetch_add_explicit(&f->bytes, (int64_t)trans_size, memory_order_relaxed);
@@ -494,7 +499,10 @@ static ncclResult_t stop_common(void *h) {
   myc_step_t *s = as_step(h);
   if (s) {
     if (first_time(s, 8)) {
-      atomic_store_explicit(&s->flow->last_ns, now_ns(), memory_order_relaxed);
+      int64_t t = now_ns();
+      atomic_store_explicit(&s->flow->last_ns, t, memory_order_relaxed);
+      if (s->posted_ns && t > s->posted_ns)
+        atomic_fetch_add_explicit(&s->flow->wire_ns, t - s->posted_ns, memory_order_relaxed);
       bump(&s->flow->done);
     }
     return ncclSuccess;
@@ -600,6 +608,8 @@ static void write_flow_done(myc_flow_t *f, int done, int64_t t) {
   b[50] = (uint8_t)f->dir;
   myc_put_u32(b + 52, (uint32_t)f->peer);
   myc_put_u32(b + 56, (uint32_t)done);
+  int64_t wire_us = atomic_load_explicit(&f->wire_ns, memory_order_relaxed) / 1000;
+  myc_put_u32(b + 60, (uint32_t)(wire_us > UINT32_MAX ? UINT32_MAX : wire_us));
   myc_ring_commit(&g.ring, b);
 }
 

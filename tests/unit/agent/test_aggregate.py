@@ -39,11 +39,11 @@ def test_completion_rows_use_flow_done_records_and_reset_each_tick() -> None:
     agg = _agg()
     agg.apply("r3", L.OpIssued(100, C, 0, 4096, 2, 1, 1, 1))
     agg.apply("r3", L.FlowProgress(200, C, 0, 0, 0, 4, 8, 8, 8, 8))
-    agg.apply("r3", L.FlowDone(400, C, 0, 190, 0, 0, 4, 8))
+    agg.apply("r3", L.FlowDone(400, C, 0, 190, 0, 0, 4, 8, wire_us=3))
     agg.apply("r3", L.OpDone(410, C, 0, 180, 1))
     rows = agg.tick()
     assert rows.done_op.tolist() == [(3, C, 0, 2, 4096, 100, 180, 410, 1)]
-    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 190, 400, 0)]  # wire not timed
+    assert rows.done_flow.tolist() == [(0, 4, 0, 8, 190, 400, 3000)]  # wire, ns
     assert rows.rc.tolist() == [(3, C, 0, 0, 410)]
     assert len(rows.op) == 0 and len(rows.flow) == 0
     assert len(agg.tick().done_op) == 0

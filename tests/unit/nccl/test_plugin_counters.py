@@ -108,6 +108,31 @@ def test_send_flow_counts_each_stage(tmp_path: Path, abi: int) -> None:
     assert end.start_ns == done.first_ns and end.ts_ns == done.ts_ns
 
 
+def test_wire_time_runs_from_each_send_wait_to_its_stop(tmp_path: Path) -> None:
+    """A send's FLOW_DONE carries, summed over its steps, SendWait to stop:
+    the wait for the data before SendWait is left out; a recv carries 0."""
+    s = Script()
+    _world(s)
+    op = s.coll(0, seq=3, count=1 << 20, nch=1)
+    send = s.proxyop(op, channel=0, peer=2, nsteps=2, send=True)
+    recv = s.proxyop(op, channel=0, peer=0, nsteps=1, send=False)
+    for i in range(2):
+        h = s.send_step(send, i, upto=2)
+        s.sleep(40)  # waiting for the data: not on the wire
+        s.state(h, SEND_WAIT, 4096)
+        s.sleep(25)  # on the wire
+        s.stop(h)
+    s.recv_step(recv, 0)
+    for h in (send, recv, op):
+        s.stop(h)
+    s.flush()
+    r = run(s, tmp_path)
+    done = {x.direction: x for x in r.of(FlowDone) if isinstance(x, FlowDone)}
+    assert done[1].wire_us == 0
+    # two steps of 25 ms; sleep only ever oversleeps, by less than one 40 ms wait
+    assert 50_000 <= done[0].wire_us < 90_000, done[0]
+
+
 @pytest.mark.parametrize("abi", ABIS)
 def test_recv_flow_counts_posted_received_handed_consumed(
     tmp_path: Path, abi: int
