@@ -100,6 +100,10 @@ class TransferTimes:
 
     def _fit(self, ranks: np.ndarray) -> None:
         """Grow the ring to ``per_rank`` rows for each rank seen."""
+        if len(self.ranks):
+            pos = np.minimum(np.searchsorted(self.ranks, ranks), len(self.ranks) - 1)
+            if (self.ranks[pos] == ranks).all():
+                return
         self.ranks = np.union1d(self.ranks, ranks).astype(np.int32)
         want = self.per_rank * len(self.ranks)
         if want <= len(self.rows):
