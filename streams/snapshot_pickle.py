@@ -10,9 +10,9 @@ evaluation.
 
 Except where the config sizes state the snapshot holds: the baseline rings
 (``baseline_window``), the persistence windows (``slow_of``, ``late_of``,
-``recur_of``, ``hold_of``) and the transfer ring
-(``transfer_rows_per_rank``). A snapshot taken under other sizes keeps its
-own detector thresholds (its rings stay consistent with them) and takes the
+``recur_of``, ``hold_of``) and the transfer ring (``transfer_rows_per_rank``,
+``transfer_rows_min``). A snapshot taken under other sizes keeps its own
+detector thresholds (its rings stay consistent with them) and takes the
 current root-cause scoring (``rca``) only; :func:`loads` says which keys
 kept their old values, for the worker to log.
 """
@@ -34,6 +34,7 @@ SIZING = (
     "recur_of",
     "hold_of",
     "transfer_rows_per_rank",
+    "transfer_rows_min",
 )
 """Detector keys that size state an engine keeps (its rings and windows)."""
 

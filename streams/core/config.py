@@ -99,9 +99,13 @@ class DetectorConfig:
         transfer_rows_per_rank: Completed network sends (one per op and
             peer) kept per rank of a job for ``SLOW_TRANSFERS``
             (``transfer_times``): a 64-rank job completes 700-900 a second,
-            11-14 per rank, so the default holds ~9 s of any job's sends,
-            the onset and the history before it while a verdict forms
-            (3.5 KB per rank: 229 KB at 64 ranks, 3.7 MB at 1,024).
+            11-14 per rank, so the default holds ~9 s of a job's sends, the
+            onset and the history before it while a verdict forms (3.5 KB
+            per rank: 3.7 MB at 1,024 ranks).
+        transfer_rows_min: ...and at least this many per job: in a pipeline
+            only the stage boundaries send across hosts, a few a second per
+            rank, and a 32-rank 1F1B job's ring sized by its ranks alone
+            lost the history before an onset (229 KB).
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.
         incident_max_anomalies: Anomalies published per incident; later ones
@@ -145,6 +149,7 @@ class DetectorConfig:
     port_flap_window_s: float = 10.0
     history_s: float = 12.0
     transfer_rows_per_rank: int = 128
+    transfer_rows_min: int = 8192
     incident_quiet_s: float = 5.0
     incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0

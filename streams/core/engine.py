@@ -96,7 +96,10 @@ class Analyzer:
         self.cfg = config or DetectorConfig()
         self.ctx = DetectContext(
             job_id,
-            ProgressStore(self.cfg.history_ns, self.cfg.transfer_rows_per_rank),
+            ProgressStore(
+                self.cfg.history_ns,
+                (self.cfg.transfer_rows_per_rank, self.cfg.transfer_rows_min),
+            ),
             JobTopology(),
             BaselineBook(self.cfg.baseline_window, self.cfg),
             self.cfg,

@@ -196,9 +196,11 @@ class ProgressStore:
     changed; ``history`` holds at most ``history_ns`` of flow snapshots.
     """
 
-    def __init__(self, history_ns: int, transfer_rows_per_rank: int = 128) -> None:
+    def __init__(
+        self, history_ns: int, transfers: tuple[int, int] = (128, 8192)
+    ) -> None:
         self.history_ns = history_ns
-        self.transfers = TransferTimes(transfer_rows_per_rank)
+        self.transfers = TransferTimes(*transfers)
         self.hosts: dict[str, HostState] = {}
         self.slots = np.zeros(0, dtype=SLOT)
         self._keys = np.zeros(0, dtype=np.uint64)  # sorted

@@ -59,13 +59,13 @@ class TransferTimes:
     op and peer, its channels merged).
 
     The ring holds ``per_rank`` rows for every rank that sent or received
-    one, and grows when a new rank shows up: a job's sends per second grow
-    with its ranks, so every job keeps about the same seconds of history,
-    the onset and the time before it.
+    one, at least ``least``, and grows when a new rank shows up: a job's
+    sends per second grow with its ranks, so a large job keeps about the
+    seconds of history a small one does, the onset and the time before it.
     """
 
-    def __init__(self, per_rank: int) -> None:
-        self.per_rank = per_rank
+    def __init__(self, per_rank: int, least: int = 0) -> None:
+        self.per_rank, self.least = per_rank, least
         self.ranks = np.zeros(0, dtype=np.int32)  # seen, ascending
         self.rows = np.zeros(0, dtype=TIMES)
         self.count = 0  # rows ever written; the ring holds the last ``len(rows)``
@@ -105,7 +105,7 @@ class TransferTimes:
             if (self.ranks[pos] == ranks).all():
                 return
         self.ranks = np.union1d(self.ranks, ranks).astype(np.int32)
-        want = self.per_rank * len(self.ranks)
+        want = max(self.least, self.per_rank * len(self.ranks))
         if want <= len(self.rows):
             return
         held = self.kept()

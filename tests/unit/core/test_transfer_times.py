@@ -74,6 +74,14 @@ def test_the_ring_grows_with_the_ranks_it_sees_keeping_what_it_held() -> None:
     assert times.kept()["first_ns"].tolist() == [1, 2, 2, 3]
 
 
+def test_the_ring_never_holds_fewer_rows_than_its_floor() -> None:
+    times = TransferTimes(1, least=3)
+    for t in range(4):
+        times.add(*_batch(0, "send", [(1, SEND, 1, t, t + 10, 5)]))
+    assert len(times.rows) == 3  # two ranks seen, but at least 3 rows
+    assert times.kept()["first_ns"].tolist() == [1, 2, 3]
+
+
 def _rows(pairs: dict[tuple[int, int], tuple[float, float]], n: int = 4) -> np.ndarray:
     """``n`` transfers per pair before the onset and ``n`` after, at the
     given times per chunk (ns)."""
