@@ -15,6 +15,7 @@ import numpy as np
 
 from mycroft.schemas.records import CompletionBatch, NicPort, StateBatch
 from mycroft.schemas.vocab import SEND
+from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.ports import PortLog
 from mycroft.streams.core.rows import stack_rows
 from mycroft.streams.core.transfer_times import TransferTimes
@@ -197,7 +198,12 @@ class ProgressStore:
     """
 
     def __init__(
-        self, history_ns: int, transfers: tuple[int, int] = (128, 8192)
+        self,
+        history_ns: int,
+        transfers: tuple[int, int] = (
+            DetectorConfig.transfer_rows_per_rank,
+            DetectorConfig.transfer_rows_min,
+        ),
     ) -> None:
         self.history_ns = history_ns
         self.transfers = TransferTimes(*transfers)

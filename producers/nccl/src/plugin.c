@@ -2,8 +2,8 @@
  *
  * Threads: NCCL's proxy threads call the event functions; they only touch fixed pools
  * (allocated at the first init) with atomics, one clock read per finished step (two per send
- * step: its SendWait too, for the wire time), no lock and no syscall. One tick thread (every MYCROFT_NCCL_TICK_MS, default 100 ms, the torch tracer's tick)
- * is the ring's only writer: it snapshots live flows (FLOW_PROGRESS), retires finished flows
+ * step: its SendWait too, for the wire time), no lock and no syscall. One tick thread (every
+ * MYCROFT_NCCL_TICK_MS, default 100 ms, the torch tracer's tick) is the ring's only writer: it snapshots live flows (FLOW_PROGRESS), retires finished flows
  * (FLOW_DONE) and ops (OP_DONE) and writes a BEAT with the pool-exhaustion counters each tick.
  * A tick thread was chosen over writing on the proxy thread's own events because the ring needs
  * a single writer and a CRC per record; doing that per step would cost the proxy ~100 ns per
