@@ -45,6 +45,21 @@ bounds makes one. What this does not order: records a host appends far out
 of event time (an agent replaying its spool minutes later while the other
 hosts stream live) arrive late by design and are counted.
 
+Comm summaries (stage 2)
+------------------------
+The job stage reads one record type, ``CommSummary``, from one partition,
+but its producers are stage-1 workers, each reading its own partitions at
+its own pace: a worker seconds behind its input appends the summaries of its
+groups long after another worker appended later ticks of the job's other
+groups. Appended order is not event order there, so each comm group is a
+stream of its own, in order (one engine writes it): the watermark holds at
+the oldest group's newest summary (a group not heard from yet: at the job's
+first record), so that the job is resolved at each instant from every
+group's view of it, as ``TwoStageReplay`` resolves it. A group more than
+``group_hold_ns`` behind the newest one (its worker died, or is restoring
+on another worker) holds it no further: its summaries arrive late and are
+ingested then, and the engine revises its answer on them.
+
 The one rule that reads the wall clock: a job whose every stream is read to
 its end and which sent nothing for ``idle_s`` of wall time (the job ended,
 every host died, or the broker is away) is *quiet*: every record read is
@@ -52,7 +67,9 @@ released and the next tick is evaluated once, as ``Replay.finish`` does at
 the end of a trace. Nothing more is concluded from wall time passing (an
 engine evaluated on and on without records revises its verdicts on time
 alone); records that come later carry on from there, as the same records in
-one trace would.
+one trace would. Records that arrive late after a quiet evaluation (the last
+groups of a lagging stage-1 worker) are evaluated once more when the job is
+quiet again.
 """
 
 from __future__ import annotations
@@ -81,6 +98,8 @@ job's newest one (what the job has left there was produced later);
 _CLASS = {"Topology": 0, "StateBatch": 1, "CompletionBatch": 1, "CommSummary": 1}
 """Canonical order of record classes within one event time (heartbeats: 2)."""
 _TYPE = {"StateBatch": 0, "CompletionBatch": 1}
+SUMMARY = "CommSummary"
+"""The stage-2 input: one stream per comm group (module docstring)."""
 DENSE = "StateBatch"
 """The stream every live host sends each tick: the job's reference time. The
 sparse streams (completions, heartbeats) are measured against it, and a topic
@@ -117,12 +136,17 @@ class EventTimeConfig:
         idle_s: Wall seconds with every partition read and no record of the
             job before it is quiet (module docstring): three heartbeat
             periods, so a live job never takes this path.
+        group_hold_ns: How far a comm group's summaries may trail the newest
+            group's and still hold the job stage's watermark: the resolver's
+            ``stale_s`` (30 s), within which a group's latest view still
+            counts; a stage-1 worker further behind is not waited for.
     """
 
     cadence_ns: int = 100_000_000
     max_gap_ns: int = 60_000_000_000
     lateness_ns: int = 200_000_000
     idle_s: float = 3.0
+    group_hold_ns: int = 30_000_000_000
 
     def __post_init__(self) -> None:
         """Reject bounds that cannot hold a watermark."""
@@ -134,6 +158,8 @@ class EventTimeConfig:
             raise ValueError(f"lateness_ns must be >= 0, got {self.lateness_ns}")
         if self.idle_s <= 0:
             raise ValueError(f"idle_s must be > 0, got {self.idle_s}")
+        if self.group_hold_ns < 0:
+            raise ValueError(f"group_hold_ns must be >= 0, got {self.group_hold_ns}")
 
 
 def on_grid(t_ns: int, cadence_ns: int) -> int:
@@ -171,6 +197,9 @@ class EventClock:
     late: int = 0
     skipped_ticks: int = 0  # evaluations left out across gaps over max_gap_ns
     quiet_ns: int = -1  # released_ns when the quiet rule last evaluated
+    quiet_late: int = 0  # ``late`` when the quiet rule last evaluated
+    groups: dict[int, int] = field(default_factory=dict)  # comm group -> newest
+    group_count: int = 0  # comm groups of the job (0: not a stage-2 clock)
     held: bool = False  # the last advance stopped at its evaluation budget
     _heap: list[tuple[int, int, str, int, int, Any]] = field(default_factory=list)
     _arrivals: Any = field(default_factory=itertools.count, repr=False)
@@ -206,6 +235,10 @@ class EventClock:
         if self.first_ns < 0 or t_ns < self.first_ns:
             self.first_ns = t_ns
         self.newest_ns = max(self.newest_ns, t_ns)
+        if name == SUMMARY:
+            group = int(record.group)
+            self.groups[group] = max(self.groups.get(group, -1), t_ns)
+            self.group_count = max(self.group_count, int(record.groups))
         entry = (
             t_ns,
             _CLASS.get(name, 2),
@@ -231,7 +264,16 @@ class EventClock:
         for name, t in times.items():
             if source(name) == "behind":
                 w = min(w, t - cfg.lateness_ns)
+        if self.group_count:
+            w = min(w, self._group_bound())
         return w
+
+    def _group_bound(self) -> int:
+        """Stage 2: the oldest comm group's newest summary time (a group not
+        heard from: the job's first record time), at most ``group_hold_ns``
+        behind the newest group's."""
+        oldest = min(self.groups.get(g, self.first_ns) for g in range(self.group_count))
+        return max(oldest, max(self.groups.values()) - self.config.group_hold_ns)
 
     def advance(
         self,
@@ -284,10 +326,11 @@ class EventClock:
         # Ticks up to the watermark: every record below them is in.
         budget = self._evaluate_before(engine, w, out, budget)
         self.held = budget == 0 and self._due(w)
-        if quiet and not self.held and self.quiet_ns != self.released_ns:
+        news = self.quiet_ns != self.released_ns or self.quiet_late != self.late
+        if quiet and not self.held and news:
             out.extend(engine.evaluate(self.next_eval_ns))
             self.next_eval_ns += self.config.cadence_ns
-            self.quiet_ns = self.released_ns
+            self.quiet_ns, self.quiet_late = self.released_ns, self.late
         return out
 
     def finish(self, engine: TimedEngine) -> list[Any]:

@@ -234,9 +234,14 @@ class IncidentTracker:
         now_ns: int,
         explain: Explainer,
         port_turn: PortTurn = _never,
+        *,
+        refresh: bool = False,
     ) -> list[Finding]:
         """Fold the anomalies firing now into the incident; return what is new
-        (anomalies first, each id once; then a root-cause revision, if any)."""
+        (anomalies first, each id once; then a root-cause revision, if any).
+
+        ``refresh``: explain the open incident now, whatever its refresh
+        period (the explainer has evidence its last answer lacked)."""
         out: list[Finding] = []
         inc = self.incident
         if inc is not None and found:
@@ -260,7 +265,7 @@ class IncidentTracker:
             self.incident.rca_period_ns = REEVAL_NS
             if len(self.incident.anomalies) <= self.cfg.incident_max_anomalies:
                 out.append(a)
-        rc = self._resolve(now_ns, explain, port_turn)
+        rc = self._resolve(now_ns, explain, port_turn, refresh=refresh)
         return out + ([rc] if rc is not None else [])
 
     def _novel(self, a: Anomaly) -> bool:
@@ -273,12 +278,13 @@ class IncidentTracker:
         )
 
     def _resolve(
-        self, now_ns: int, explain: Explainer, port_turn: PortTurn
+        self, now_ns: int, explain: Explainer, port_turn: PortTurn, *, refresh: bool
     ) -> RootCause | None:
         inc = self.incident
         if inc is None or not inc.anomalies:
             return None
-        if inc.revision >= 0 and now_ns - inc.last_rca_ns < inc.rca_period_ns:
+        due = now_ns - inc.last_rca_ns >= inc.rca_period_ns
+        if inc.revision >= 0 and not due and not refresh:
             return None
         inc.last_rca_ns = now_ns
         kind = min((a.kind for a in inc.anomalies.values()), key=PRIORITY.__getitem__)

@@ -312,6 +312,7 @@ class JobResolver:
         self.read_at: dict[str, int] = {}  # anomaly id -> data_ns that brought it
         self.known: OrderedDict[str, Anomaly] = OrderedDict()
         self._new: list[Anomaly] = []
+        self.explained: tuple[str, int] = ("", 0)  # incident, groups up to date
 
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold a summary or a topology record in; other records are ignored."""
@@ -339,8 +340,24 @@ class JobResolver:
         return self.incidents.incident
 
     def evaluate(self, now_ns: int) -> list[Finding]:
-        """New anomalies, then a root-cause revision of the incident, if any."""
-        return self.incidents.track(self.detect(now_ns), now_ns, self.explain)
+        """New anomalies, then a root-cause revision of the incident, if any.
+
+        An answered incident is explained again at once, whatever its refresh
+        period, when more groups are up to date than its last answer had: the
+        summaries of a stage-1 worker far behind its input come late (after
+        the answer, or after the job's last tick), and the answer must be the
+        one their evidence gives, not the one given without them.
+        """
+        inc = self.incident
+        refresh = (
+            inc is not None
+            and inc.revision >= 0
+            and self.explained[0] == inc.incident_id
+            and self.caught_up(inc)[0] > self.explained[1]
+        )
+        return self.incidents.track(
+            self.detect(now_ns), now_ns, self.explain, refresh=refresh
+        )
 
     def fresh(self, now_ns: int) -> list[CommSummary]:
         """The latest summary of every group heard from within ``stale_s``."""
@@ -399,13 +416,14 @@ class JobResolver:
             return [], []  # no root cause yet: retried at the next evaluate
         statuses = [st for s in self.fresh(now_ns) for st in s.comms if st.kind is kind]
         anomalies = list(inc.anomalies.values())
+        done, groups = self.caught_up(inc)
+        self.explained = (inc.incident_id, done)
         if kind is FaultKind.HANG:
             symptom = {c for a in anomalies for c in a.comms}
             culprits, evidence = resolve_hang(statuses, symptom, self.cfg.rca)
         else:
             culprits = merge_culprits(statuses, self.topo)[: self.cfg.rca.max_culprits]
             evidence = [e for st in statuses for e in st.evidence]
-        done, groups = self.caught_up(inc)
         if done < groups:
             # Resolved without some groups' evidence: say so, and leave room
             # for a more confident revision once they catch up.

@@ -110,6 +110,16 @@ def latest_best(rcs: list[RootCause], job: str) -> tuple[int, Component] | None:
     return best.rank, best.component
 
 
+def revisions(rcs: list[RootCause]) -> str:
+    """Every revision's top culprits and evidence, for a failure message."""
+    return "\n".join(
+        f"{r.job_id} rev {r.revision} at {r.resolved_ns}: "
+        + ", ".join(f"{c.rank}/{c.component.value} {c.confidence}" for c in r.culprits)
+        + "".join(f"\n    {e.fact}" for e in r.evidence[:6])
+        for r in sorted(rcs, key=lambda r: (r.job_id, r.revision))
+    )
+
+
 @pytest.mark.timeout(480)
 def test_two_comm_workers_share_one_jobs_groups(
     base: StreamSettings, stages: Callable[[str], WorkerProcess]
@@ -133,9 +143,7 @@ def test_two_comm_workers_share_one_jobs_groups(
         # root cause is revised when they catch up.
         deadline = time.monotonic() + 240
         while any(latest_best(outputs.root_causes(), j) != w for j, w in want.items()):
-            assert time.monotonic() < deadline, {
-                j: latest_best(outputs.root_causes(), j) for j in want
-            }
+            assert time.monotonic() < deadline, revisions(outputs.root_causes())
             outputs.poll(0.5)
         outputs.poll(4.0)
         rcs = outputs.root_causes()

@@ -15,7 +15,7 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.tracefile import ListWriter
-from mycroft.schemas.records import Anomaly, Record, RootCause
+from mycroft.schemas.records import Anomaly, CommSummary, Record, RootCause
 from mycroft.streams.analyze import Replay
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.event_time import (
@@ -273,6 +273,54 @@ def test_a_quiet_job_is_evaluated_once_more_and_not_on_and_on() -> None:
     clock.finish(eng)
     assert eng.ingested[-1] == 2 * S and clock.late == 0
     assert eng.evaluated == list(range(0, 2 * S + S // 10 + 1, S // 10))
+
+
+def _summary(group: int, t_ns: int) -> CommSummary:
+    return CommSummary("j", group, 3, t_ns, t_ns, 0, 0)
+
+
+def test_each_comm_group_holds_the_job_stage_watermark() -> None:
+    cfg = EventTimeConfig(group_hold_ns=20 * S)
+    clock, eng = EventClock(cfg), _Counter()
+    for t in range(50):  # groups 0 and 1 at 5 s, group 2 at 1 s
+        for g in (0, 1):
+            clock.push(_summary(g, t * S // 10), t * S // 10)
+        if t <= 10:
+            clock.push(_summary(2, t * S // 10), t * S // 10)
+    clock.advance(eng, lambda _: "end")  # read to the end: group 2 is behind
+    assert max(eng.ingested) == S and eng.evaluated[-1] == S
+    for t in range(11, 50):
+        clock.push(_summary(2, t * S // 10), t * S // 10)
+    clock.advance(eng, lambda _: "end")
+    assert max(eng.ingested) == 49 * S // 10 - cfg.lateness_ns
+    assert clock.late == 0
+
+
+def test_a_group_too_far_behind_holds_no_longer() -> None:
+    cfg = EventTimeConfig(group_hold_ns=2 * S)
+    clock, eng = EventClock(cfg), _Counter()
+    for t in range(50):
+        clock.push(_summary(0, t * S // 10), t * S // 10)
+        clock.push(_summary(1, t * S // 10), t * S // 10)
+    clock.push(_summary(2, 0), 0)
+    clock.advance(eng, lambda _: "end")
+    assert max(eng.ingested) == 29 * S // 10  # 2 s behind the newest group
+
+
+def test_late_records_after_a_quiet_evaluation_are_evaluated_when_quiet_again() -> None:
+    clock, eng = EventClock(), _Counter()
+    for t in range(10):
+        clock.push(_Rec("a"), t * S // 10)
+    clock.advance(eng, lambda _: "end", idle_wall_s=4.0)
+    assert eng.ingested[-1] == 9 * S // 10
+    evaluated = len(eng.evaluated)
+    clock.push(_Rec("b"), 5 * S // 10)  # a lagging producer's record, late
+    clock.advance(eng, lambda _: "end", idle_wall_s=0.5)
+    assert clock.late == 1 and len(eng.evaluated) == evaluated  # not quiet yet
+    clock.advance(eng, lambda _: "end", idle_wall_s=4.0)
+    assert len(eng.evaluated) == evaluated + 1
+    clock.advance(eng, lambda _: "end", idle_wall_s=60.0)
+    assert len(eng.evaluated) == evaluated + 1  # once, not on and on
 
 
 def test_a_record_behind_an_evaluated_tick_is_late() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,7 @@ from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.analyze import run as single_stage
 from mycroft.streams.core.comm_split import comm_group, split_by_comm
+from mycroft.streams.core.event_time import EventClock, EventTimeConfig
 from mycroft.streams.core.job_resolver import JobResolver, merge_culprits, resolve_hang
 from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.two_stage import TwoStageReplay
@@ -303,6 +306,111 @@ def test_a_silent_group_is_not_waited_for_and_lowers_confidence() -> None:
     (rc,) = res.evaluate(later + S)
     assert isinstance(rc, RootCause) and rc.revision == 1
     assert (rc.culprits[0].rank, rc.culprits[0].component) == (24, Component.GPU)
+
+
+def test_a_group_catching_up_revises_the_answer_at_once() -> None:
+    res = JobResolver("job", settle_s=2.0)
+    now = T0 + 2 * S
+    behind = CommSummary(**{**vars(_dp_stall(now)), "data_ns": now - S, "comms": ()})
+    res.ingest(behind, now)
+    res.ingest(_pp_stall(now), now)
+    res.evaluate(now)
+    later = now + 2 * S + 1
+    res.ingest(_pp_stall(later), later)
+    (first,) = res.evaluate(later)  # without group 1
+    assert isinstance(first, RootCause) and first.culprits[0].rank == 0
+    res.ingest(_pp_stall(later + S // 10), later + S // 10)
+    assert res.evaluate(later + S // 10) == []  # nothing new: the period holds
+    # Group 1's summaries come late, all at once (its worker was behind): the
+    # next evaluation answers from them, not one refresh period later.
+    now = later + 2 * S // 10
+    res.ingest(_dp_stall(now), now)
+    (rc,) = res.evaluate(now)
+    assert isinstance(rc, RootCause) and rc.revision == 1
+    assert (rc.culprits[0].rank, rc.culprits[0].component) == (24, Component.GPU)
+
+
+class _Summaries(TwoStageReplay):
+    """A ``TwoStageReplay`` that keeps every stage-1 summary."""
+
+    def __init__(self, job_id: str, groups: int) -> None:
+        super().__init__(job_id, groups)
+        self.sent: list[CommSummary] = []
+
+    def tick(self, now_ns: int) -> list[CommSummary]:
+        out = super().tick(now_ns)
+        self.sent.extend(out)
+        return out
+
+
+@pytest.fixture(scope="module")
+def gpu_hang_summaries() -> list[CommSummary]:
+    """Every stage-1 summary of a GPU hang at rank 3, 4 comm groups."""
+    replay = _Summaries("sim", groups=4)
+    for ts, rec in _simulated("gpu-hang:rank=3,at=5"):
+        replay.feed(ts, rec)
+    replay.close()
+    return replay.sent
+
+
+Answer = tuple[int, int, Component, float]
+
+
+def _stage2(summaries: list[CommSummary], hold_ns: int) -> list[Answer]:
+    """Stage 2 live: summaries pushed in arrival order, the partition read to
+    its end at every step; each root cause's revision and top culprit."""
+    clock = EventClock(EventTimeConfig(group_hold_ns=hold_ns))
+    res, out = JobResolver("sim"), []
+    for i, s in enumerate(summaries):
+        clock.push(s, s.tick_ns)
+        if i % 7 == 0:
+            out += clock.advance(res, lambda _: "end")
+    out += clock.finish(res)
+    return [
+        (
+            r.revision,
+            r.culprits[0].rank,
+            r.culprits[0].component,
+            r.culprits[0].confidence,
+        )
+        for r in out
+        if isinstance(r, RootCause)
+    ]
+
+
+def _worker_order(sent: list[CommSummary], first: set[int]) -> list[CommSummary]:
+    """The ``first`` groups' summaries, then the others' (two stage-1 workers
+    in one partition, the second far behind the first)."""
+    return [s for s in sent if s.group in first] + [
+        s for s in sent if s.group not in first
+    ]
+
+
+SPLITS = [set(c) for c in itertools.combinations(range(4), 2)]
+
+
+def test_the_job_stage_answer_does_not_depend_on_which_worker_sent_first(
+    gpu_hang_summaries: list[CommSummary],
+) -> None:
+    """Each group holds the watermark: the answer is the one of every group
+    read in step, however far one stage-1 worker trails the other."""
+    hold = EventTimeConfig().group_hold_ns
+    in_step = _stage2(gpu_hang_summaries, hold)
+    assert [a[1:3] for a in in_step] == [(3, Component.GPU)]
+    for first in SPLITS:
+        assert _stage2(_worker_order(gpu_hang_summaries, first), hold) == in_step
+
+
+def test_groups_arriving_late_revise_the_answer_to_theirs(
+    gpu_hang_summaries: list[CommSummary],
+) -> None:
+    """With no hold, the trailing worker's groups come late (after the job's
+    last tick was evaluated): the answer given without them is revised to
+    the one of every group, with its confidence."""
+    (expected,) = _stage2(gpu_hang_summaries, 0)
+    for first in SPLITS:
+        answers = _stage2(_worker_order(gpu_hang_summaries, first), 0)
+        assert answers[-1][1:] == expected[1:], (first, answers)
 
 
 def test_slowdown_culprits_of_several_groups_add_up() -> None:
