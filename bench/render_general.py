@@ -73,6 +73,12 @@ RENDERERS = {
         "python bench/campaign_general.py --half tune",
         _half,
     ),
+    "campaign_general_tune_seeds3": (
+        "General campaign: tune half, 3 seeds of 24 s",
+        "python bench/campaign_general.py --half tune --healthy-runs 1 "
+        "--healthy-duration 60",
+        _half,
+    ),
     "campaign_general_report": (
         "General campaign: report-only half (every setting, faults and healthy)",
         "python bench/campaign_general.py --half report",

@@ -20,6 +20,7 @@ from mycroft.streams.core.transfer_times import (
     Scope,
     Side,
     SlowPart,
+    nic_share,
     pair_changes,
     slow_parts,
 )
@@ -39,11 +40,14 @@ def score_transfers(
     """Add ``SLOW_TRANSFERS`` for the parts that the transfers slowed on the
     wire since ``since_ns`` share; return them."""
     rca = ctx.cfg.rca
-    pairs = pair_changes(ctx.store.transfers.kept(), since_ns, rca)
+    rows = ctx.store.transfers.kept()
+    if not len(rows):
+        return []
+    top = int(max(rows["rank"].max(), rows["peer"].max())) + 1
+    nic_of, host_of = part_ids(ctx.topo, top)
+    pairs = pair_changes(rows, since_ns, rca, nic_share(nic_of))
     if not pairs.slowed.any():
         return []
-    top = int(max(pairs.rank.max(), pairs.peer.max())) + 1
-    nic_of, host_of = part_ids(ctx.topo, top)
     parts = slow_parts(pairs, nic_of, host_of, rca)
     for part in parts:
         rank = part.ranks[0]

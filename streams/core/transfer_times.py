@@ -16,7 +16,12 @@ The model, in three steps, each over all flows at once:
    incident's onset (its own history) and after it; the pair's change is the
    difference. The job's median change is taken out: a slowdown of every
    pair (a slower phase, the whole job waiting on one rank) is nobody's link.
-2. A pair is *slowed* when its change exceeds ``log(transfer_slow_ratio)``.
+2. A pair is *slowed* when its change exceeds ``log(transfer_slow_ratio)``,
+   and, when ``k`` GPUs share the NIC at either end, ``log(k)``: mates
+   sending at once split their NIC's bandwidth, so a fault elsewhere that
+   moves their sends together stretches a pair's wire time up to ``k``-fold
+   with no part at fault (2 GPUs per NIC, credit slots: 1.4-1.9x on pairs
+   far from a proxy delay or a slow GPU).
 3. Every candidate part (each rank's send and receive path, each NIC's
    transmit and receive side, each host's) is scored by a log-likelihood
    ratio: a pair through a faulty part is slowed with probability
@@ -139,13 +144,20 @@ class PairChanges:
     slowed: np.ndarray  # bool
 
 
-def pair_changes(rows: np.ndarray, since_ns: int, rca: RcaConfig) -> PairChanges:
+def pair_changes(
+    rows: np.ndarray,
+    since_ns: int,
+    rca: RcaConfig,
+    share: np.ndarray | None = None,
+) -> PairChanges:
     """Each pair's change in time per chunk from before ``since_ns`` to after
     it (``rows``: ``TIMES``), net of the job's median change; pairs in
     ascending (rank, peer) order.
 
     A pair counts with ``transfer_min_before`` transfers ended before the
-    onset and ``transfer_min_after`` started after it.
+    onset and ``transfer_min_after`` started after it. ``share``: per rank
+    (index), the GPUs on its NIC (:func:`nic_share`); a pair is slowed beyond
+    the larger of its two ends' (module docstring, step 2).
     """
     b_key, b_med = _pair_medians(
         rows[rows["last_ns"] < since_ns], rca.transfer_min_before
@@ -156,8 +168,23 @@ def pair_changes(rows: np.ndarray, since_ns: int, rca: RcaConfig) -> PairChanges
     both, ia, ib = np.intersect1d(a_key, b_key, assume_unique=True, return_indices=True)
     raw = a_med[ia] - b_med[ib]
     change = raw - np.median(raw) if len(raw) else raw
-    slowed = change >= math.log(rca.transfer_slow_ratio)
-    return PairChanges(both >> 32, both & 0xFFFFFFFF, change, slowed)
+    rank, peer = both >> 32, both & 0xFFFFFFFF
+    ratio = np.full(len(both), rca.transfer_slow_ratio)
+    if share is not None:
+        ends = np.maximum(_lookup(share, rank, 1), _lookup(share, peer, 1))
+        ratio = np.maximum(ratio, ends)
+    slowed = change >= np.log(ratio)
+    return PairChanges(rank, peer, change, slowed)
+
+
+def nic_share(nic_of: np.ndarray) -> np.ndarray:
+    """Per rank, the ranks on its NIC (``nic_of``: a NIC id per rank, -1
+    unknown, counted as alone)."""
+    known = nic_of >= 0
+    counts = np.bincount(nic_of[known]) if known.any() else np.zeros(0, np.int64)
+    out: np.ndarray = np.ones(len(nic_of), dtype=np.int64)
+    out[known] = counts[nic_of[known]]
+    return out
 
 
 def _pair_medians(rows: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]:
@@ -233,8 +260,9 @@ def slow_parts(
     return _widest(top)
 
 
-def _lookup(ids: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    out = np.full(len(ranks), -1, dtype=np.int64)
+def _lookup(ids: np.ndarray, ranks: np.ndarray, missing: int = -1) -> np.ndarray:
+    """``ids[ranks]``, ``missing`` for ranks outside it."""
+    out = np.full(len(ranks), missing, dtype=np.int64)
     ok = (ranks >= 0) & (ranks < len(ids))
     out[ok] = ids[ranks[ok]]
     return out

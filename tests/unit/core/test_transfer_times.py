@@ -15,6 +15,7 @@ from mycroft.streams.core.transfer_times import (
     Scope,
     Side,
     TransferTimes,
+    nic_share,
     pair_changes,
     slow_parts,
 )
@@ -109,6 +110,23 @@ def test_a_pair_is_slowed_against_its_own_history_net_of_the_job() -> None:
         (3, 11, False),
     ]
     assert ch.change[2] == pytest.approx(np.log(3))
+
+
+def test_a_pair_through_a_shared_nic_is_slowed_only_beyond_its_share() -> None:
+    # Ranks 0 and 1 share a NIC, the others do not: 1.8x on a pair through
+    # the shared NIC is what its mate sending at once costs; 2.5x is more.
+    share = nic_share(np.array([0, 0, 1, 2, -1, -1, -1, -1, 3, 4]))
+    assert share.tolist() == [2, 2, 1, 1, 1, 1, 1, 1, 1, 1]
+    even = {(r, p): (10.0, 10.0) for r in (2, 3, 5) for p in (8, 9)}
+    rows = _rows(even | {(0, 8): (10, 18), (1, 9): (10, 25), (3, 7): (10, 18)})
+
+    def slowed(share: np.ndarray | None) -> set[tuple[int, int]]:
+        ch = pair_changes(rows, ONSET, RCA, share)
+        pairs = zip(ch.rank, ch.peer, ch.slowed, strict=True)
+        return {(int(r), int(p)) for r, p, s in pairs if s}
+
+    assert slowed(share) == {(1, 9), (3, 7)}
+    assert slowed(None) == {(0, 8), (1, 9), (3, 7)}
 
 
 def test_a_pair_without_enough_history_is_not_judged() -> None:
