@@ -117,6 +117,16 @@ class TimedEngine(Protocol):
     def evaluate(self, now_ns: int) -> Any: ...  # noqa: D102
 
 
+STALE_GROUP_NS = 30_000_000_000
+"""How long a comm group's latest summary counts at the job stage: the
+resolver keeps its view that long (``JobResolver``'s ``stale_s``) and the
+job stage's clock waits that long for a trailing group
+(``EventTimeConfig.group_hold_ns``). One bound for both: the clock waits for
+a group exactly as long as the resolver still counts its view. 30 s: a
+lagging stage-1 worker sends its summaries in bursts seconds apart
+(``streams/SCALING.md``), and an incident must not close between them."""
+
+
 @dataclass(frozen=True)
 class EventTimeConfig:
     """Bounds of the watermark; each one-line reason is the constant's doc.
@@ -137,16 +147,17 @@ class EventTimeConfig:
             job before it is quiet (module docstring): three heartbeat
             periods, so a live job never takes this path.
         group_hold_ns: How far a comm group's summaries may trail the newest
-            group's and still hold the job stage's watermark: the resolver's
-            ``stale_s`` (30 s), within which a group's latest view still
-            counts; a stage-1 worker further behind is not waited for.
+            group's and still hold the job stage's watermark:
+            :data:`STALE_GROUP_NS`, the resolver's default ``stale_s`` too,
+            within which a group's latest view still counts; a stage-1 worker
+            further behind is not waited for.
     """
 
     cadence_ns: int = 100_000_000
     max_gap_ns: int = 60_000_000_000
     lateness_ns: int = 200_000_000
     idle_s: float = 3.0
-    group_hold_ns: int = 30_000_000_000
+    group_hold_ns: int = STALE_GROUP_NS
 
     def __post_init__(self) -> None:
         """Reject bounds that cannot hold a watermark."""

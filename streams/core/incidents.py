@@ -113,18 +113,23 @@ def revise(
 def _better(proposed: Verdict, published: Verdict, *, again: bool, cap: float) -> bool:
     """Whether another answer of the same kind should revise the published one.
 
-    A more confident top culprit does. So does one as confident when the
-    published answer was a capped one (``cap``) whose top culprit
-    is no longer named at all, and the same answer was proposed in the
-    previous round too (``again``): its evidence is gone (an early, weak
-    verdict on a few ms of noise, capped like the verdict that replaces it,
-    must not stand for the rest of the incident), and not for one round
-    only (a rule whose conditions hold in one window flickers). So does a
-    slowdown's published runner-up that now leads alone, proposed twice
-    (:func:`_runner_up_alone`). Otherwise an uncapped answer is not revised
-    at equal confidence: live, a worker's partial view (a lost rank seen
-    alive again after a restore or a rebalance) would flip a right answer to
-    a wrong one.
+    A more confident top culprit does. So does another answer when the
+    published answer was a capped one (``cap``) whose top culprit (its rank
+    with that component) is no longer named at all, and the same answer was
+    proposed in the previous round too (``again``): its evidence is gone (an
+    early, weak verdict on a few ms of noise, or one formed before the wire
+    timing had measured the parts, must not stand for the rest of the
+    incident), and not for one round only (a rule whose conditions hold in
+    one window flickers). A capped confidence is a bound, not a measure: an
+    answer naming both ends of a link splits its share between them and
+    stays below it, so a slowdown's new top culprit needs half the published
+    one only; below that it is diffuse (small timing suspects sharing what
+    nothing explains). A hang is never capped for want of measurements, and
+    its new top needs as much. So does a slowdown's published runner-up that
+    now leads alone, proposed twice (:func:`_runner_up_alone`). Otherwise an
+    uncapped answer is not revised at equal confidence: live, a worker's
+    partial view (a lost rank seen alive again after a restore or a
+    rebalance) would flip a right answer to a wrong one.
     """
     top = proposed.top_conf
     if top > published.top_conf:
@@ -135,8 +140,12 @@ def _better(proposed: Verdict, published: Verdict, *, again: bool, cap: float) -
         return True
     if published.top_conf > cap or not published.keys:
         return False
-    named = {(c.rank, c.component, c.peer, c.channel) for c in proposed.culprits}
-    return published.keys[0] not in named and top >= published.top_conf
+    # Named at all: the rank with that component, whatever flow it names.
+    named = {(c.rank, c.component) for c in proposed.culprits}
+    if published.keys[0][:2] in named:
+        return False
+    slow = proposed.kind is FaultKind.SLOWDOWN
+    return top >= (published.top_conf / PEERS if slow else published.top_conf)
 
 
 def _runner_up_alone(proposed: Verdict, published: Verdict) -> bool:

@@ -36,6 +36,7 @@ from mycroft.schemas.records import (
 from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import Component, FaultKind
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.event_time import STALE_GROUP_NS
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import terminal_groups
 from mycroft.streams.core.incidents import Finding, Incident, IncidentTracker
@@ -278,7 +279,8 @@ class JobResolver:
         job_id: The job.
         config: Thresholds (``incident_quiet_s`` is used here).
         stale_s: A group not heard from for this long (this resolver's
-            clock) no longer keeps anomalies active nor contributes statuses.
+            clock; default :data:`~.event_time.STALE_GROUP_NS`) no longer
+            keeps anomalies active nor contributes statuses.
             Until then its latest summary stands: a stage-1 worker behind
             its input sends summaries in bursts, and an incident must not
             close for want of them.
@@ -298,7 +300,7 @@ class JobResolver:
         self,
         job_id: str,
         config: DetectorConfig | None = None,
-        stale_s: float = 30.0,
+        stale_s: float = STALE_GROUP_NS / 1e9,
         settle_s: float = 2.0,
     ) -> None:
         self.job_id = job_id

@@ -7,11 +7,13 @@ part the flagged flows share.
 | G-T spread over >= 3 NICs, none on half                        | network   |
 | G-T on flows through one NIC, some sent by it                  | nic       |
 | ... its flows' T froze in 1-2 long (>= 0.3 s) episodes         | proxy     |
-| ... all sent by one GPU, its NIC mate sending normally         | proxy     |
+| ... all sent by one GPU, its NIC mate sending normally (*)     | proxy     |
 | G-T from one GPU to one GPU: T seen stopping                   | (sender)  |
-| ... T seen draining, never stopping, sender's NIC mate clean   | pcie (rx) |
+| ... T seen draining, never stopping, sender's NIC mate clean (*) | pcie (rx) |
 
-``streams/core/README.md`` (slowdown) explains each row.
+(*) sending to other hosts with no backlog flagged and no send the wire
+timing saw slowed (``wire_slowed``). ``streams/core/README.md`` (slowdown)
+explains each row.
 """
 
 from __future__ import annotations
@@ -38,12 +40,16 @@ def _one_gpu_behind(
     out_of: list[LinkFlag],
     backlog: list[LinkFlag],
     flows: list[FlowFeatures],
+    wire_slowed: frozenset[int],
 ) -> int | None:
     """The one GPU whose sends back up while the other GPUs of its NIC send
     to other hosts without a backlog in the same window, else None.
 
     A NIC (its rate, its link) is shared by every GPU behind it; the send
-    proxy is per GPU: a backlog on one GPU's sends only is its proxy.
+    proxy is per GPU: a backlog on one GPU's sends only is its proxy. A mate
+    whose sends the wire timing saw slowed (``wire_slowed``) is not sending
+    normally, even with no backlog flagged: a capped NIC slows every GPU's
+    sends through it, and its flows' gaps need not leave their band.
     """
     ranks = {f.rank for f, _ in out_of}
     if len(ranks) != 1:
@@ -58,6 +64,7 @@ def _one_gpu_behind(
         if f.rank in mates
         and f.started
         and f.rank not in flagged
+        and f.rank not in wire_slowed
         and topo.host_of(f.rank) != topo.host_of(f.peer)
     }
     return rank if mates and clean == mates else None
@@ -68,7 +75,10 @@ def score_backlog(
     suspects: Suspects,
     flows: list[FlowFeatures],
     backlog: list[LinkFlag],
+    wire_slowed: frozenset[int] = frozenset(),
 ) -> None:
+    """Name the part the G-T backlog's flows share (module table);
+    ``wire_slowed``: ranks whose sends the wire timing saw slowed."""
     topo, rca = ctx.topo, suspects.rca
     if drains_into_one_gpu(
         ctx, suspects, backlog, Rule.PCIE_BACKLOG, "ready-not-sent backlog (G-T)"
@@ -109,7 +119,7 @@ def score_backlog(
         key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
     )
     tied = len(tops) > 1
-    ends = _pair_ends(ctx, backlog, flows, tops) if tied else None
+    ends = _pair_ends(ctx, backlog, flows, tops, wire_slowed) if tied else None
     for nic in tops[:2]:
         on = [
             (f, ex)
@@ -122,7 +132,7 @@ def score_backlog(
         if out_of:
             if ends is not None and not ends.send:
                 continue
-            alone = _one_gpu_behind(ctx, out_of, backlog, flows)
+            alone = _one_gpu_behind(ctx, out_of, backlog, flows, wire_slowed)
             rule = Rule.PROXY_SEND_BACKLOG if alone else Rule.NIC_SEND_BACKLOG
             blame_flow(
                 ctx,
@@ -186,6 +196,7 @@ def _pair_ends(
     backlog: list[LinkFlag],
     flows: list[FlowFeatures],
     tops: list[tuple[str, str]],
+    wire_slowed: frozenset[int],
 ) -> PairEnds | None:
     """For a backlog on the tied NICs ``tops`` sent by one GPU to one GPU,
     the ends whose failure its flows can show; None for any other backlog.
@@ -210,5 +221,5 @@ def _pair_ends(
         return PairEnds(send=True, receive=False)
     if not any(f.drain_steps for f, _ in on):
         return PairEnds(send=True, receive=True)
-    alone = _one_gpu_behind(ctx, on, backlog, flows)
+    alone = _one_gpu_behind(ctx, on, backlog, flows, wire_slowed)
     return PairEnds(send=alone is None, receive=True)

@@ -99,6 +99,7 @@ def score_links(
     ctx: DetectContext,
     suspects: Suspects,
     flows: list[FlowFeatures],
+    wire_slowed: frozenset[int] = frozenset(),
 ) -> None:
     """G/T/D over cross-host flows, attributed to the part they share.
 
@@ -116,6 +117,10 @@ def score_links(
       into one GPU from several NICs, that GPU's receive path does not drain
       (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
       sender-receiver pair) names both ends, the receiving one weaker.
+
+    ``wire_slowed``: ranks whose sends to other hosts the wire timing saw
+    slowed (``rca_transfers.WireView``); such a rank does not send normally,
+    whatever its flows' gaps, so it never clears its NIC mate's NIC.
     """
     lag = _flag_gaps(ctx, flows, "td")
     if lag:
@@ -125,7 +130,7 @@ def score_links(
     # shows (``FlowFeatures.wait_chunks``).
     backlog = _flag_gaps(ctx, flows, "gt")
     if backlog:
-        score_backlog(ctx, suspects, flows, backlog)
+        score_backlog(ctx, suspects, flows, backlog, wire_slowed)
 
 
 def _score_lag(

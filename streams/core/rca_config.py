@@ -35,8 +35,10 @@ class RcaConfig:
         hostwide_conf: Highest confidence of a culprit named by the
             whole-host timing rule, by lateness in one group only, or by
             finishing last alone (a pcie verdict with no flow or ready
-            evidence); a published answer at or below it may be revised by
-            one as confident once its own top culprit is gone.
+            evidence), and of every slowdown culprit while the wire timing
+            has measured nothing since the onset; a published answer at or
+            below it is a bound, and is revised by any answer that no longer
+            names its top culprit two rounds in a row.
         min_timing_ops: A timing verdict (gpu or pcie) on fewer of the rank's
             ops since the onset is capped at ``hostwide_conf``: one late op,
             seen before any flow evidence, is the only suspect and would

@@ -48,7 +48,7 @@ from mycroft.streams.core.rca_timing import (
     score_timing,
     symptom_floor,
 )
-from mycroft.streams.core.rca_transfers import score_transfers
+from mycroft.streams.core.rca_transfers import score_transfers, wire_view
 from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.suspect import Suspects, explain_away, rank_suspects
 
@@ -139,8 +139,9 @@ def explain_slowdown(
     evidence: list[Evidence] = []
     hist = ctx.store.flow_history(since_ns)
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
-    score_links(ctx, suspects, flows)
-    score_transfers(ctx, suspects, since_ns)
+    wire = wire_view(ctx, since_ns)
+    score_links(ctx, suspects, flows, wire.slowed_senders() if wire else frozenset())
+    score_transfers(suspects, wire)
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)
@@ -204,11 +205,17 @@ def explain_slowdown(
     # (without flow counters, e.g. on gloo, a neighbour of a straggler can
     # finish last before the straggler's own late arrivals are counted):
     # their confidence is capped so that a later, better-founded culprit can
-    # revise them. So is a timing verdict on fewer than min_timing_ops ops.
+    # revise them. So is a timing verdict on fewer than min_timing_ops ops,
+    # and every verdict while the wire timing has measured nothing since the
+    # onset (`WireView.pending`): flow gaps spread from where they build up
+    # (a capped NIC backs up the flows of the GPUs it serves and of their
+    # receivers alike), and the measurement at the parts, a fraction of a
+    # second away, may tell their ends apart.
     ranked = [
         replace(c, confidence=min(c.confidence, rca.hostwide_conf))
         if (c.rank in hostwide and c.component is Component.GPU)
         or (c.rank in weak and c.component in (Component.GPU, Component.PCIE))
+        or (wire is not None and wire.pending)
         else c
         for c in ranked
     ]

@@ -1,12 +1,16 @@
 """``SLOW_TRANSFERS``: name the part that the transfers slowed on the wire share.
 
 The model is ``transfer_times``'; this module reads the job's ring of wire
-times and its topology and adds the verdict to the slowdown's suspects.
+times and its topology (:func:`wire_view`, once per slowdown refresh) and
+adds the verdict to the slowdown's suspects. The same view tells the flow
+rules which ranks' sends the wire timing saw slowed, and whether it has
+measured anything since the onset yet.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +24,7 @@ from mycroft.streams.core.transfer_times import (
     Scope,
     Side,
     SlowPart,
+    lookup,
     nic_share,
     pair_changes,
     slow_parts,
@@ -34,20 +39,48 @@ COMPONENT = {
 host's whole traffic shares its uplink and the network beyond it."""
 
 
-def score_transfers(
-    ctx: DetectContext, suspects: Suspects, since_ns: int
-) -> list[SlowPart]:
-    """Add ``SLOW_TRANSFERS`` for the parts that the transfers slowed on the
-    wire since ``since_ns`` share; return them."""
-    rca = ctx.cfg.rca
+@dataclass(frozen=True)
+class WireView:
+    """What the job's wire timing says since a slowdown's onset.
+
+    ``pending``: transfers were timed before the onset and no pair has been
+    timed on both sides of it yet (``transfer_min_after`` sends after it):
+    the direct measurement of every part is still to come.
+    """
+
+    pairs: PairChanges
+    nic_of: np.ndarray
+    host_of: np.ndarray
+    pending: bool
+
+    def slowed_senders(self) -> frozenset[int]:
+        """Ranks with a send slowed on the wire to another host."""
+        cross = lookup(self.host_of, self.pairs.rank) != lookup(
+            self.host_of, self.pairs.peer
+        )
+        return frozenset(int(r) for r in self.pairs.rank[self.pairs.slowed & cross])
+
+
+def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
+    """The job's wire timing around ``since_ns``; None when its producers do
+    not time the wire (no timed transfer held)."""
     rows = ctx.store.transfers.kept()
     if not len(rows):
-        return []
+        return None
     top = int(max(rows["rank"].max(), rows["peer"].max())) + 1
     nic_of, host_of = part_ids(ctx.topo, top)
-    pairs = pair_changes(rows, since_ns, rca, nic_share(nic_of))
-    if not pairs.slowed.any():
+    pairs = pair_changes(rows, since_ns, ctx.cfg.rca, nic_share(nic_of))
+    before = bool((rows["last_ns"] < since_ns).any())
+    return WireView(pairs, nic_of, host_of, pending=before and not len(pairs.rank))
+
+
+def score_transfers(suspects: Suspects, wire: WireView | None) -> list[SlowPart]:
+    """Add ``SLOW_TRANSFERS`` for the parts that the transfers slowed on the
+    wire share (``wire``: :func:`wire_view`); return them."""
+    if wire is None or not wire.pairs.slowed.any():
         return []
+    rca = suspects.rca
+    pairs, nic_of, host_of = wire.pairs, wire.nic_of, wire.host_of
     parts = slow_parts(pairs, nic_of, host_of, rca)
     for part in parts:
         rank = part.ranks[0]
@@ -79,15 +112,17 @@ def _reason(
     part: SlowPart, pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray
 ) -> str:
     ids = {Scope.NIC: nic_of, Scope.HOST: host_of}.get(part.scope)
-    ends = pairs.rank if part.side == Side.SEND else pairs.peer
-    mine = np.isin(ends, part.ranks) if ids is None else ids[ends] == part.key
+    sides = {Side.SEND: (pairs.rank,), Side.RECV: (pairs.peer,)}
+    mine = np.zeros(len(pairs.rank), dtype=bool)
+    for ends in sides.get(part.side, (pairs.rank, pairs.peer)):
+        mine |= np.isin(ends, part.ranks) if ids is None else ids[ends] == part.key
     grew = math.exp(float(np.median(pairs.change[mine & pairs.slowed])))
     where = {
         Scope.RANK: "its path to its NIC",
         Scope.NIC: "its NIC",
         Scope.HOST: "its host",
     }
-    verb = "sent" if part.side == Side.SEND else "received"
+    verb = {Side.SEND: "sent", Side.RECV: "received"}.get(part.side, "sent or received")
     return (
         f"{part.slowed} of {part.slowed + part.clean} transfers {verb} through "
         f"{where[part.scope]} (ranks {', '.join(map(str, part.ranks))}) spend "

@@ -171,7 +171,7 @@ def pair_changes(
     rank, peer = both >> 32, both & 0xFFFFFFFF
     ratio = np.full(len(both), rca.transfer_slow_ratio)
     if share is not None:
-        ends = np.maximum(_lookup(share, rank, 1), _lookup(share, peer, 1))
+        ends = np.maximum(lookup(share, rank, 1), lookup(share, peer, 1))
         ratio = np.maximum(ratio, ends)
     slowed = change >= np.log(ratio)
     return PairChanges(rank, peer, change, slowed)
@@ -198,10 +198,13 @@ def _pair_medians(rows: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]
 
 
 class Side(StrEnum):
-    """Which of a part's transfers are read: those it sends, or receives."""
+    """Which of a part's transfers are read: those it sends, those it
+    receives, or both (a congested uplink or switch port, background traffic,
+    a link trained down slow both directions; a capped transmit side, one)."""
 
     SEND = "send"
     RECV = "recv"
+    BOTH = "both"
 
 
 class Scope(StrEnum):
@@ -239,7 +242,7 @@ def slow_parts(
     (index), -1 where unknown; pairs within a host (NVLink, shared memory)
     cross no NIC and are left out.
     """
-    cross = _lookup(host_of, pairs.rank) != _lookup(host_of, pairs.peer)
+    cross = lookup(host_of, pairs.rank) != lookup(host_of, pairs.peer)
     pairs = PairChanges(
         pairs.rank[cross], pairs.peer[cross], pairs.change[cross], pairs.slowed[cross]
     )
@@ -248,19 +251,38 @@ def slow_parts(
     gain = math.log(rca.transfer_p_fault / rca.transfer_p_noise)
     loss = math.log((1 - rca.transfer_p_fault) / (1 - rca.transfer_p_noise))
     scored: list[SlowPart] = []
+    # Both directions: every pair once at each end (a cross-host pair never
+    # has both ends on one part).
+    both = PairChanges(
+        np.concatenate((pairs.rank, pairs.peer)),
+        np.concatenate((pairs.peer, pairs.rank)),
+        np.concatenate((pairs.change, pairs.change)),
+        np.concatenate((pairs.slowed, pairs.slowed)),
+    )
     for scope, ids in ((Scope.RANK, None), (Scope.NIC, nic_of), (Scope.HOST, host_of)):
-        for side, ends in ((Side.SEND, pairs.rank), (Side.RECV, pairs.peer)):
-            key = ends if ids is None else _lookup(ids, ends)
-            scored.extend(_score(scope, side, key, ends, pairs, gain=gain, loss=loss))
+        for side, read, ends in (
+            (Side.SEND, pairs, pairs.rank),
+            (Side.RECV, pairs, pairs.peer),
+            (Side.BOTH, both, both.rank),
+        ):
+            key = ends if ids is None else lookup(ids, ends)
+            scored.extend(_score(scope, side, key, ends, read, gain=gain, loss=loss))
     scored = [p for p in scored if p.slowed >= 2 and p.llr > 0]  # noqa: PLR2004 - one pair has two ends
     if not scored:
         return []
     best = max(p.llr for p in scored)
     top = [p for p in scored if math.isclose(p.llr, best, rel_tol=1e-9)]
-    return _widest(top)
+    return _widest(_one_side(top))
 
 
-def _lookup(ids: np.ndarray, ranks: np.ndarray, missing: int = -1) -> np.ndarray:
+def _one_side(top: list[SlowPart]) -> list[SlowPart]:
+    """Drop a part's both-ways reading where it ties its one-sided one: the
+    part carries traffic one way only, and that side names it."""
+    sided = {(p.scope, p.key) for p in top if p.side is not Side.BOTH}
+    return [p for p in top if p.side is not Side.BOTH or (p.scope, p.key) not in sided]
+
+
+def lookup(ids: np.ndarray, ranks: np.ndarray, missing: int = -1) -> np.ndarray:
     """``ids[ranks]``, ``missing`` for ranks outside it."""
     out = np.full(len(ranks), missing, dtype=np.int64)
     ok = (ranks >= 0) & (ranks < len(ids))

@@ -43,6 +43,21 @@ def test_revise_says_why_an_answer_is_published() -> None:
     )
 
 
+def test_a_capped_answer_whose_culprit_is_gone_is_revised_at_any_confidence() -> None:
+    """A capped answer (0.6) is a bound, not a measure: once two rounds in a
+    row name another culprit and not it at all, the new answer replaces it,
+    even split between a link's two ends below the cap."""
+    both_ends = _slow(
+        replace(NIC, confidence=0.4), replace(NIC, rank=2, confidence=0.35)
+    )
+    assert revise(_slow(GPU), both_ends, again=True) is Decision.BETTER
+    assert revise(_slow(GPU), both_ends, again=False) is Decision.KEEP  # once
+    still_named = _slow(replace(NIC, confidence=0.4), replace(GPU, confidence=0.3))
+    assert revise(_slow(GPU), still_named, again=True) is Decision.KEEP
+    firm = replace(GPU, confidence=0.99)  # not capped: not revised below it
+    assert revise(_slow(firm), both_ends, again=True) is Decision.KEEP
+
+
 def _anomaly(aid: str, onset_s: float) -> Anomaly:
     onset = int(onset_s * S)
     return Anomaly(aid, "j", FaultKind.SLOWDOWN, (1,), (6,), onset, onset, "late", "")

@@ -333,6 +333,27 @@ def test_a_pair_draining_steadily_past_a_clean_nic_mate_is_the_receivers():
     assert 4 not in suspects and conf == 1.0
 
 
+def test_a_nic_mate_slowed_on_the_wire_does_not_clear_the_nic():
+    """Rank 5 shows no backlog, but the wire timing saw its sends slowed: it
+    does not send normally, so the NIC they share stays the suspect (a
+    capped NIC slows both GPUs' sends; one's gaps may stay in band)."""
+    ctx = _ctx()
+    _warm(ctx)
+    flows = _with(_healthy_flows(), {(4, 8): (4.0, 0.0)})
+    suspects = Suspects(DEFAULT_RCA)
+    score_links(ctx, suspects, flows, wire_slowed=frozenset({5}))
+    rank, comp, _ = _best(suspects)
+    assert (rank, comp) == (4, Component.NIC)
+    # the draining pair is no longer the receiver's alone either
+    suspects = Suspects(DEFAULT_RCA)
+    drained = [
+        replace(f, drain_steps=3) if (f.rank, f.peer) == (4, 8) else f for f in flows
+    ]
+    score_links(ctx, suspects, drained, wire_slowed=frozenset({5}))
+    assert _best(suspects)[:2] == (4, Component.NIC)
+    assert suspects[8].best[0] is Component.PCIE  # the far end, weaker
+
+
 def test_a_pair_seen_in_one_snapshot_names_both_ends():
     ctx = _ctx()
     _warm(ctx)

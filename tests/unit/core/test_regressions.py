@@ -332,11 +332,11 @@ def _revises(culprits: list[Culprit], published: Verdict, *, again: bool) -> boo
     return revise(published, proposed, again=again) is not Decision.KEEP
 
 
-def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
+def test_an_answer_no_longer_named_is_revised_at_any_confidence():
     """A capped early verdict (a host 6 ms late) must not stand once its
-    evidence is gone and an equally capped, better-founded one (a host
-    100 ms late) replaces it; while it is still named, only a more
-    confident answer revises it."""
+    evidence is gone and another answer (a host 100 ms late, capped too, or
+    split below the cap) replaces it two rounds in a row; while it is still
+    named, only a more confident answer revises it."""
     old = Culprit(943, "h117", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     new = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.6)
     weaker = Culprit(451, "h56", Component.GPU, FaultKind.SLOWDOWN, 0.5)
@@ -345,7 +345,8 @@ def test_an_answer_no_longer_named_is_revised_at_equal_confidence():
     assert _revises([new], published, again=True)
     assert not _revises([new], published, again=False)  # one round only: a flicker
     assert not _revises([new, old], published, again=True)
-    assert not _revises([weaker], published, again=True)
+    assert _revises([weaker], published, again=True)  # the cap is a bound
+    assert not _revises([weaker, old], published, again=True)
     assert _revises([stronger, old], published, again=False)
     # An uncapped answer (a lost rank: process, 0.99) is not flipped at equal
     # confidence by a partial view that no longer sees the rank lost.
@@ -375,7 +376,13 @@ def test_a_tie_is_revised_when_more_flows_single_out_its_runner_up():
     assert not _revises([pcie, noise], published, again=False)
     assert not _revises([pcie, noise, proxy], published, again=True)
     assert not _revises([noise, pcie], published, again=True)
-    assert not _revises([replace(pcie, component=Component.GPU)], published, again=True)
+    # Another component of the runner-up's rank is not the runner-up; below
+    # half the published top nothing else revises it either...
+    gpu = replace(pcie, component=Component.GPU, confidence=0.2)
+    assert not _revises([gpu], published, again=True)
+    # ...at half of it or more, the published sender is gone and the answer
+    # below the cap was a bound: the new leader revises it.
+    assert _revises([replace(gpu, confidence=0.283)], published, again=True)
     published = Verdict(FaultKind.HANG, tie)
     hang = [replace(c, kind=FaultKind.HANG) for c in (pcie, noise)]
     assert not _revises(hang, published, again=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mycroft.schemas.vocab import Component
+from mycroft.schemas.columns import DONE_FLOW_COLUMNS, DONE_OP_COLUMNS, empty
+from mycroft.schemas.vocab import OP_NAMES, SEND, Component
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
@@ -254,3 +255,42 @@ def test_a_timing_verdict_on_one_op_is_capped():
         ctx, [late_once(s) for s in range(DEFAULT_RCA.min_timing_ops)], 0
     )
     assert culprits[0].rank == 6 and culprits[0].confidence > DEFAULT_RCA.hostwide_conf
+
+
+def test_every_verdict_is_capped_while_the_wire_timing_is_pending() -> None:
+    """Transfers were timed before the onset and none since: the parts are
+    not measured yet, so a verdict that would stand at full confidence is
+    capped (revisable); once pairs are timed on both sides it stands."""
+    ctx = _ctx()
+    ranks = list(range(PER_HOST * HOSTS))
+    onset = 10_000 * MS
+    stats = [
+        _stat(
+            1,
+            s,
+            ranks,
+            [onset + s * 100 * MS + (40 * MS if r == 6 else 0) for r in ranks],
+            [MS] * 16,
+        )
+        for s in range(DEFAULT_RCA.min_timing_ops)
+    ]
+    times = ctx.store.transfers
+
+    def send(rank: int, peer: int, t: int) -> None:
+        op = empty(DONE_OP_COLUMNS, 1)
+        op["rank"], op["kind"], op["nflows"] = rank, OP_NAMES.index("send"), 1
+        fl = empty(DONE_FLOW_COLUMNS, 1)
+        fl["peer"], fl["dir"], fl["chunks"] = peer, SEND, 4
+        fl["first_ns"], fl["last_ns"], fl["wire_ns"] = t, t + MS, 400
+        times.add(op, fl)
+
+    for i in range(DEFAULT_RCA.transfer_min_before):
+        send(0, 4, onset - (i + 1) * 100 * MS)
+    culprits, _ = explain_slowdown(ctx, stats, onset)
+    assert culprits[0].rank == 6
+    assert culprits[0].confidence == DEFAULT_RCA.hostwide_conf
+    for i in range(DEFAULT_RCA.transfer_min_after):
+        send(0, 4, onset + i * 100 * MS)
+    culprits, _ = explain_slowdown(ctx, stats, onset)
+    assert culprits[0].rank == 6
+    assert culprits[0].confidence > DEFAULT_RCA.hostwide_conf

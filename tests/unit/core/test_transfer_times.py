@@ -9,6 +9,7 @@ import pytest
 from mycroft.schemas.columns import DONE_FLOW_COLUMNS, DONE_OP_COLUMNS, empty
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND
 from mycroft.streams.core.rca_config import RcaConfig
+from mycroft.streams.core.rca_transfers import wire_view
 from mycroft.streams.core.transfer_times import (
     TIMES,
     PairChanges,
@@ -19,6 +20,7 @@ from mycroft.streams.core.transfer_times import (
     pair_changes,
     slow_parts,
 )
+from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
 
 RCA = RcaConfig()
 ONSET = 1_000_000_000
@@ -202,6 +204,58 @@ def test_the_two_ends_of_one_link_tie_and_are_both_named() -> None:
     }
 
 
+def test_a_host_slowed_both_ways_is_named_over_the_hosts_it_talks_to() -> None:
+    # A ring of hosts: rank r sends to r - 4. Host 1's uplink is congested:
+    # what it sends (to host 0) and what it receives (from host 2) slow down.
+    # One way each, host 0's receiving side and host 2's sending side explain
+    # as many pairs with none clean; both ways, only host 1 explains them.
+    ring = [(r, (r - 4) % 16) for r in range(16)]
+    slowed = [(r, p) for r, p in ring if 1 in (HOST_OF[r], HOST_OF[p])]
+    clean = [pair for pair in ring if pair not in slowed]
+    parts = slow_parts(_changes(slowed, clean), NIC_OF, HOST_OF, RCA)
+    assert [(p.scope, p.side, p.key, p.slowed) for p in parts] == [
+        (Scope.HOST, Side.BOTH, 1, 8)
+    ]
+
+
+def test_a_part_carrying_traffic_one_way_is_named_by_that_side() -> None:
+    # Rank 4 only sends across hosts: its two-way reading is its send side.
+    slowed = [(4, 8), (4, 0)]
+    parts = slow_parts(_changes(slowed, [(6, 10), (7, 11)]), NIC_OF, HOST_OF, RCA)
+    assert Side.BOTH not in {p.side for p in parts}
+
+
 def test_config_rejects_noise_above_the_fault_rate() -> None:
     with pytest.raises(ValueError, match="transfer_p_noise"):
         RcaConfig(transfer_p_noise=0.6, transfer_p_fault=0.5)
+
+
+def test_the_wire_view_is_pending_until_a_pair_is_timed_after_the_onset() -> None:
+    """Until some pair has ``transfer_min_after`` sends after the onset the
+    parts are not measured yet (a verdict then is provisional); a job whose
+    producers time nothing has no view at all."""
+    ctx = hosts_ctx()  # 4 hosts of 4 GPUs, 2 per NIC
+    assert wire_view(ctx, ONSET) is None
+    times = ctx.store.transfers
+    for i in range(4):  # ranks 0 and 1 (one NIC) send to 4 and 5, before
+        t = ONSET - (4 - i) * 1000
+        times.add(*_batch(0, "send", [(4, SEND, 4, t, t + 500, 400)]))
+        times.add(*_batch(1, "send", [(5, SEND, 4, t, t + 500, 400)]))
+    view = wire_view(ctx, ONSET)
+    assert view is not None and view.pending
+    for i in range(RCA.transfer_min_after):  # after: 0 -> 4 and 1 -> 5 slowed 4x
+        t = ONSET + i * 1000
+        times.add(*_batch(0, "send", [(4, SEND, 4, t, t + 500, 1600)]))
+        times.add(*_batch(1, "send", [(5, SEND, 4, t, t + 500, 1600)]))
+    view = wire_view(ctx, ONSET)
+    assert view is not None and not view.pending
+    # the job's median change is taken out: two pairs both slowed are its
+    # median, so nothing stands out until a third pair holds steady
+    assert view.slowed_senders() == frozenset()
+    for i in range(4 + RCA.transfer_min_after):
+        t = ONSET + (i - 4) * 1000
+        times.add(*_batch(8, "send", [(12, SEND, 4, t, t + 500, 400)]))
+        times.add(*_batch(9, "send", [(13, SEND, 4, t, t + 500, 400)]))
+        times.add(*_batch(10, "send", [(14, SEND, 4, t, t + 500, 400)]))
+    view = wire_view(ctx, ONSET)
+    assert view is not None and view.slowed_senders() == frozenset({0, 1})
