@@ -23,7 +23,8 @@ The model, in three steps, each over all flows at once:
    with no part at fault (2 GPUs per NIC, credit slots: 1.4-1.9x on pairs
    far from a proxy delay or a slow GPU).
 3. Every candidate part (each rank's send and receive path, each NIC's
-   transmit and receive side, each host's) is scored by a log-likelihood
+   transmit and receive side, each host's, and each of them both ways:
+   ``Side``) is scored by a log-likelihood
    ratio: a pair through a faulty part is slowed with probability
    ``transfer_p_fault``, any other with ``transfer_p_noise``; each slowed
    pair through the part adds ``log(pf / pn)``, each unslowed one
