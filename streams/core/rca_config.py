@@ -37,8 +37,9 @@ class RcaConfig:
             finishing last alone (a pcie verdict with no flow or ready
             evidence), and of every slowdown culprit while the wire timing
             has measured nothing since the onset; a published answer at or
-            below it is a bound, and is revised by any answer that no longer
-            names its top culprit two rounds in a row.
+            below it is a bound: two rounds in a row of an answer that no
+            longer names its top culprit revise it, a slowdown's from half
+            its confidence (``incidents.revise``).
         min_timing_ops: A timing verdict (gpu or pcie) on fewer of the rank's
             ops since the onset is capped at ``hostwide_conf``: one late op,
             seen before any flow evidence, is the only suspect and would
