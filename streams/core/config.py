@@ -100,7 +100,8 @@ class DetectorConfig:
             peer) kept per rank of a job for ``SLOW_TRANSFERS``
             (``transfer_times``): a 64-rank job completes 700-900 a second,
             11-14 per rank, so the default holds ~9 s of a job's sends, the
-            onset and the history before it while a verdict forms (3.5 KB
+            onset and the history before it as a verdict forms; that
+            history is then kept per pair (``TransferTimes.before``) (3.5 KB
             per rank: 3.7 MB at 1,024 ranks).
         transfer_rows_min: ...and at least this many per job: in a pipeline
             only the stage boundaries send across hosts, a few a second per

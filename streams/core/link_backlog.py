@@ -12,7 +12,9 @@ part the flagged flows share.
 | ... T seen draining, never stopping, sender's NIC mate clean (*) | pcie (rx) |
 
 (*) sending to other hosts with no backlog flagged and no send the wire
-timing saw slowed (``wire_slowed``). ``streams/core/README.md`` (slowdown)
+timing saw slowed. Before both rows: the pair slowed on the wire while one
+of its ends moves its other transfers as before clears that end
+(``PairChanges.cleared_ends``). ``streams/core/README.md`` (slowdown)
 explains each row.
 """
 
@@ -33,6 +35,7 @@ from mycroft.streams.core.link_blame import (
 )
 from mycroft.streams.core.scoring import MAJORITY, PEERS
 from mycroft.streams.core.suspect import Suspects
+from mycroft.streams.core.transfer_times import NO_PAIRS, PairChanges
 
 
 def _one_gpu_behind(
@@ -40,14 +43,14 @@ def _one_gpu_behind(
     out_of: list[LinkFlag],
     backlog: list[LinkFlag],
     flows: list[FlowFeatures],
-    wire_slowed: frozenset[int],
+    wire: PairChanges,
 ) -> int | None:
     """The one GPU whose sends back up while the other GPUs of its NIC send
     to other hosts without a backlog in the same window, else None.
 
     A NIC (its rate, its link) is shared by every GPU behind it; the send
     proxy is per GPU: a backlog on one GPU's sends only is its proxy. A mate
-    whose sends the wire timing saw slowed (``wire_slowed``) is not sending
+    whose sends the wire timing saw slowed (``wire``) is not sending
     normally, even with no backlog flagged: a capped NIC slows every GPU's
     sends through it, and its flows' gaps need not leave their band.
     """
@@ -56,7 +59,7 @@ def _one_gpu_behind(
         return None
     rank = next(iter(ranks))
     mates = set(ctx.topo.ranks_on_nic(rank)) - {rank}
-    flagged = {f.rank for f, _ in backlog}
+    flagged = {f.rank for f, _ in backlog} | wire.slowed_senders()
     topo = ctx.topo
     clean = {
         f.rank
@@ -64,7 +67,6 @@ def _one_gpu_behind(
         if f.rank in mates
         and f.started
         and f.rank not in flagged
-        and f.rank not in wire_slowed
         and topo.host_of(f.rank) != topo.host_of(f.peer)
     }
     return rank if mates and clean == mates else None
@@ -75,10 +77,10 @@ def score_backlog(
     suspects: Suspects,
     flows: list[FlowFeatures],
     backlog: list[LinkFlag],
-    wire_slowed: frozenset[int] = frozenset(),
+    wire: PairChanges = NO_PAIRS,
 ) -> None:
-    """Name the part the G-T backlog's flows share (module table);
-    ``wire_slowed``: ranks whose sends the wire timing saw slowed."""
+    """Name the part the G-T backlog's flows share (module table); ``wire``:
+    the cross-host pairs the wire timing measured since the onset."""
     topo, rca = ctx.topo, suspects.rca
     if drains_into_one_gpu(
         ctx, suspects, backlog, Rule.PCIE_BACKLOG, "ready-not-sent backlog (G-T)"
@@ -119,7 +121,7 @@ def score_backlog(
         key=lambda k: (-nics[k][1], -nics[k][2], str(k)),
     )
     tied = len(tops) > 1
-    ends = _pair_ends(ctx, backlog, flows, tops, wire_slowed) if tied else None
+    ends = _pair_ends(ctx, backlog, flows, tops, wire) if tied else None
     for nic in tops[:2]:
         on = [
             (f, ex)
@@ -132,7 +134,7 @@ def score_backlog(
         if out_of:
             if ends is not None and not ends.send:
                 continue
-            alone = _one_gpu_behind(ctx, out_of, backlog, flows, wire_slowed)
+            alone = _one_gpu_behind(ctx, out_of, backlog, flows, wire)
             rule = Rule.PROXY_SEND_BACKLOG if alone else Rule.NIC_SEND_BACKLOG
             blame_flow(
                 ctx,
@@ -164,8 +166,8 @@ def score_backlog(
             suspects.at(rank).add(
                 Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
-                "a ready-not-sent backlog (G-T) while its NIC mate receives "
-                "normally: its receive path (PCIe) does not drain",
+                "a ready-not-sent backlog (G-T), no other GPU of its NIC "
+                "receiving one: its receive path (PCIe) does not drain",
                 score=rca.link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
             )
         else:
@@ -196,11 +198,13 @@ def _pair_ends(
     backlog: list[LinkFlag],
     flows: list[FlowFeatures],
     tops: list[tuple[str, str]],
-    wire_slowed: frozenset[int],
+    wire: PairChanges,
 ) -> PairEnds | None:
     """For a backlog on the tied NICs ``tops`` sent by one GPU to one GPU,
     the ends whose failure its flows can show; None for any other backlog.
 
+    The pair slowed on the wire while one end moves its other transfers as
+    before leaves the other end: the wire times each part directly.
     T standing still while data the receiver had posted buffers for waits
     is the transport stopping (a stalled proxy thread, a link down): a slow
     receive path drains steadily, so a stop leaves the sender only. A drain
@@ -215,11 +219,17 @@ def _pair_ends(
         for f, ex in backlog
         if {topo.nic_key(f.rank), topo.nic_key(f.peer)} & set(tops[:2])
     ]
-    if len({(f.rank, f.peer) for f, _ in on}) != 1:
+    pairs = {(f.rank, f.peer) for f, _ in on}
+    if len(pairs) != 1:
         return None
+    sender, receiver = wire.cleared_ends(
+        *next(iter(pairs)), ctx.cfg.rca.transfer_slow_ratio
+    )
+    if sender != receiver:
+        return PairEnds(send=not sender, receive=not receiver)
     if any(f.episodes or f.stall_steps for f, _ in on):
         return PairEnds(send=True, receive=False)
     if not any(f.drain_steps for f, _ in on):
         return PairEnds(send=True, receive=True)
-    alone = _one_gpu_behind(ctx, on, backlog, flows, wire_slowed)
+    alone = _one_gpu_behind(ctx, on, backlog, flows, wire)
     return PairEnds(send=alone is None, receive=True)

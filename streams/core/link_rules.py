@@ -36,6 +36,7 @@ from mycroft.streams.core.link_blame import (
     weights,
 )
 from mycroft.streams.core.suspect import Suspects
+from mycroft.streams.core.transfer_times import NO_PAIRS, PairChanges
 
 
 def _flag_gaps(
@@ -99,7 +100,7 @@ def score_links(
     ctx: DetectContext,
     suspects: Suspects,
     flows: list[FlowFeatures],
-    wire_slowed: frozenset[int] = frozenset(),
+    wire: PairChanges = NO_PAIRS,
 ) -> None:
     """G/T/D over cross-host flows, attributed to the part they share.
 
@@ -118,9 +119,11 @@ def score_links(
       (PCIe); receiving into both GPUs, the NIC. A tie (one NIC pair, one
       sender-receiver pair) names both ends, the receiving one weaker.
 
-    ``wire_slowed``: ranks whose sends to other hosts the wire timing saw
-    slowed (``rca_transfers.WireView``); such a rank does not send normally,
-    whatever its flows' gaps, so it never clears its NIC mate's NIC.
+    ``wire``: the cross-host pairs the wire timing measured since the onset
+    (``rca_transfers.WireView.pairs``). A rank with a send slowed on it does
+    not send normally, whatever its flows' gaps, so it never clears its NIC
+    mate's NIC; an end of a one-GPU-to-one-GPU backlog that moves its other
+    transfers as before is cleared (``PairChanges.cleared_ends``).
     """
     lag = _flag_gaps(ctx, flows, "td")
     if lag:
@@ -130,7 +133,7 @@ def score_links(
     # shows (``FlowFeatures.wait_chunks``).
     backlog = _flag_gaps(ctx, flows, "gt")
     if backlog:
-        score_backlog(ctx, suspects, flows, backlog, wire_slowed)
+        score_backlog(ctx, suspects, flows, backlog, wire)
 
 
 def _score_lag(

@@ -51,6 +51,7 @@ from mycroft.streams.core.rca_timing import (
 from mycroft.streams.core.rca_transfers import score_transfers, wire_view
 from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.suspect import Suspects, explain_away, rank_suspects
+from mycroft.streams.core.transfer_times import NO_PAIRS
 
 
 def _waited_on_transfers(
@@ -140,7 +141,7 @@ def explain_slowdown(
     hist = ctx.store.flow_history(since_ns)
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
     wire = wire_view(ctx, since_ns)
-    score_links(ctx, suspects, flows, wire.slowed_senders() if wire else frozenset())
+    score_links(ctx, suspects, flows, wire.pairs if wire else NO_PAIRS)
     score_transfers(suspects, wire)
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)

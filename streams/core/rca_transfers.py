@@ -18,13 +18,11 @@ from mycroft.schemas.vocab import Component
 from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.suspect import Suspects
-from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.transfer_times import (
     PairChanges,
     Scope,
     Side,
     SlowPart,
-    lookup,
     nic_share,
     pair_changes,
     slow_parts,
@@ -48,30 +46,25 @@ class WireView:
     the direct measurement of every part is still to come.
     """
 
-    pairs: PairChanges
+    pairs: PairChanges  # between two hosts (:meth:`PairChanges.across`)
     nic_of: np.ndarray
     host_of: np.ndarray
     pending: bool
-
-    def slowed_senders(self) -> frozenset[int]:
-        """Ranks with a send slowed on the wire to another host."""
-        cross = lookup(self.host_of, self.pairs.rank) != lookup(
-            self.host_of, self.pairs.peer
-        )
-        return frozenset(int(r) for r in self.pairs.rank[self.pairs.slowed & cross])
 
 
 def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
     """The job's wire timing around ``since_ns``; None when its producers do
     not time the wire (no timed transfer held)."""
-    rows = ctx.store.transfers.kept()
+    times = ctx.store.transfers
+    rows = times.kept()
     if not len(rows):
         return None
     top = int(max(rows["rank"].max(), rows["peer"].max())) + 1
-    nic_of, host_of = part_ids(ctx.topo, top)
-    pairs = pair_changes(rows, since_ns, ctx.cfg.rca, nic_share(nic_of))
-    before = bool((rows["last_ns"] < since_ns).any())
-    return WireView(pairs, nic_of, host_of, pending=before and not len(pairs.rank))
+    nic_of, host_of = ctx.topo.part_ids(top)
+    before = times.before(since_ns)
+    pairs = pair_changes(rows, since_ns, ctx.cfg.rca, nic_share(nic_of), before)
+    pending = bool(len(before.key)) and not len(pairs.rank)
+    return WireView(pairs.across(host_of), nic_of, host_of, pending)
 
 
 def score_transfers(suspects: Suspects, wire: WireView | None) -> list[SlowPart]:
@@ -92,20 +85,6 @@ def score_transfers(suspects: Suspects, wire: WireView | None) -> list[SlowPart]
             component=COMPONENT[part.scope],
         )
     return parts
-
-
-def part_ids(topo: JobTopology, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """A job-wide NIC id and host id per rank below ``top`` (-1: unknown)."""
-    nics: dict[tuple[str, str], int] = {}
-    hosts: dict[str, int] = {}
-    nic_of = np.full(top, -1, dtype=np.int64)
-    host_of = np.full(top, -1, dtype=np.int64)
-    for r in range(top):
-        host, nic = topo.nic_key(r)
-        if host:
-            host_of[r] = hosts.setdefault(host, len(hosts))
-            nic_of[r] = nics.setdefault((host, nic), len(nics))
-    return nic_of, host_of
 
 
 def _reason(

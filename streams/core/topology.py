@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mycroft.schemas.records import ChannelTopology, Connection, Topology
 
 _ROLES = ("tp", "pp", "dp", "ep", "cp", "sp", "world")
@@ -108,6 +110,28 @@ class JobTopology:
             cached = {c: len(info.ranks) for c, info in self.comms.items()}
             self.__dict__["_sizes"] = cached
         return cached
+
+    def part_ids(self, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """A job-wide NIC id and host id per rank below ``top`` (-1: unknown),
+        read-only; cached until ``add`` changes the topology."""
+        key = (self.__dict__.get("_added", 0), top)
+        cached = self.__dict__.get("_parts")
+        if cached is not None and cached[0] == key:
+            ids: tuple[np.ndarray, np.ndarray] = cached[1]
+            return ids
+        nics: dict[tuple[str, str], int] = {}
+        hosts: dict[str, int] = {}
+        nic_of = np.full(top, -1, dtype=np.int64)
+        host_of = np.full(top, -1, dtype=np.int64)
+        for r in range(top):
+            host, nic = self.nic_key(r)
+            if host:
+                host_of[r] = hosts.setdefault(host, len(hosts))
+                nic_of[r] = nics.setdefault((host, nic), len(nics))
+        nic_of.setflags(write=False)
+        host_of.setflags(write=False)
+        self.__dict__["_parts"] = (key, (nic_of, host_of))
+        return nic_of, host_of
 
     def members(self, comm: int) -> tuple[int, ...]:
         """Return the global ranks of ``comm`` in communicator order (may be ())."""

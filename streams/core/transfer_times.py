@@ -75,6 +75,7 @@ class TransferTimes:
         self.ranks = np.zeros(0, dtype=np.int32)  # seen, ascending
         self.rows = np.zeros(0, dtype=TIMES)
         self.count = 0  # rows ever written; the ring holds the last ``len(rows)``
+        self.onsets: dict[int, PairMedians] = {}  # :meth:`before`, by onset
 
     def add(self, op: np.ndarray, flow: np.ndarray) -> None:
         """Keep the timed network sends of a completion batch's ``op`` and
@@ -134,6 +135,68 @@ class TransferTimes:
         at = self.count % cap
         return np.concatenate((self.rows[at:], self.rows[:at]))
 
+    def before(self, since_ns: int) -> PairMedians:
+        """Each pair's median log time per chunk over its sends ended before
+        ``since_ns``, kept for that onset.
+
+        The ring holds seconds of sends, and a verdict can form later than
+        that (a switch congestion named 12 s after its onset); every pair's
+        change is measured against its history before the onset, so the
+        first reading of it is kept, and each later one keeps, per pair,
+        whichever saw more sends (sends reordered across the onset still
+        arrive after the first reading). The last ``ONSETS_KEPT`` onsets are
+        kept.
+        """
+        rows = self.kept()
+        now = PairMedians.of(rows[rows["last_ns"] < since_ns])
+        held = self.onsets.pop(since_ns, None)
+        if held is not None:
+            now = held.merge(now)
+        self.onsets[since_ns] = now
+        while len(self.onsets) > ONSETS_KEPT:
+            del self.onsets[next(iter(self.onsets))]
+        return now
+
+
+ONSETS_KEPT = 4
+"""Onsets whose history :meth:`TransferTimes.before` keeps: a job explains
+one slowdown at a time, and a few cover incidents that close and reopen."""
+
+
+@dataclass(frozen=True)
+class PairMedians:
+    """Per sender-receiver pair (``rank << 32 | peer``, ascending): its
+    sends counted and their median log time per chunk."""
+
+    key: np.ndarray
+    count: np.ndarray
+    median: np.ndarray
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> PairMedians:
+        """The pairs of ``rows`` (``TIMES``)."""
+        key = (rows["rank"].astype(np.int64) << 32) | rows["peer"].astype(np.int64)
+        _, n = np.unique(key, return_counts=True)
+        pairs, med = group_medians(key, rows["log_ns"])
+        return cls(pairs, n, med)
+
+    def merge(self, other: PairMedians) -> PairMedians:
+        """Per pair, whichever of the two saw more sends (``self`` on ties)."""
+        key = np.union1d(self.key, other.key)
+        count = np.zeros(len(key), dtype=np.int64)
+        median = np.zeros(len(key), dtype=np.float64)
+        for side in (other, self):  # self last: it wins ties
+            at = np.searchsorted(key, side.key)
+            more = side.count >= count[at]
+            count[at[more]] = side.count[more]
+            median[at[more]] = side.median[more]
+        return PairMedians(key, count, median)
+
+    def least(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and medians of the pairs with at least ``n`` sends."""
+        keep = self.count >= n
+        return self.key[keep], self.median[keep]
+
 
 @dataclass(frozen=True)
 class PairChanges:
@@ -144,12 +207,48 @@ class PairChanges:
     change: np.ndarray  # log slowdown, the job's median change taken out
     slowed: np.ndarray  # bool
 
+    def slowed_senders(self) -> frozenset[int]:
+        """Ranks with a send slowed on the wire."""
+        return frozenset(int(r) for r in self.rank[self.slowed])
+
+    def cleared_ends(self, rank: int, peer: int, ratio: float) -> tuple[bool, bool]:
+        """For the pair ``rank`` -> ``peer`` slowed on the wire: whether its
+        sender sends to another rank, and whether its receiver receives from
+        another, at under ``ratio`` times their own time before.
+
+        That end's path (its NIC, its PCIe link, its proxy) moves data as
+        before, so the pair's slowdown is not there. ``(False, False)`` when
+        the pair is not slowed: the wire then says nothing of its ends.
+        """
+        this = (self.rank == rank) & (self.peer == peer)
+        if not (self.slowed & this).any():
+            return False, False
+        clean = self.change < math.log(ratio)
+        send = clean & (self.rank == rank) & (self.peer != peer)
+        receive = clean & (self.peer == peer) & (self.rank != rank)
+        return bool(send.any()), bool(receive.any())
+
+    def across(self, host_of: np.ndarray) -> PairChanges:
+        """The pairs between two hosts (``host_of``: a host id per rank, -1
+        unknown): pairs within a host (NVLink, shared memory) cross no NIC."""
+        cross = lookup(host_of, self.rank) != lookup(host_of, self.peer)
+        return PairChanges(
+            self.rank[cross], self.peer[cross], self.change[cross], self.slowed[cross]
+        )
+
+
+NO_PAIRS = PairChanges(
+    np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool)
+)
+"""The wire timing of a job whose producers do not time the wire."""
+
 
 def pair_changes(
     rows: np.ndarray,
     since_ns: int,
     rca: RcaConfig,
     share: np.ndarray | None = None,
+    before: PairMedians | None = None,
 ) -> PairChanges:
     """Each pair's change in time per chunk from before ``since_ns`` to after
     it (``rows``: ``TIMES``), net of the job's median change; pairs in
@@ -158,13 +257,15 @@ def pair_changes(
     A pair counts with ``transfer_min_before`` transfers ended before the
     onset and ``transfer_min_after`` started after it. ``share``: per rank
     (index), the GPUs on its NIC (:func:`nic_share`); a pair is slowed beyond
-    the larger of its two ends' (module docstring, step 2).
+    the larger of its two ends' (module docstring, step 2). ``before``: the
+    history before the onset (:meth:`TransferTimes.before`), else read from
+    ``rows``.
     """
-    b_key, b_med = _pair_medians(
-        rows[rows["last_ns"] < since_ns], rca.transfer_min_before
-    )
-    a_key, a_med = _pair_medians(
-        rows[rows["first_ns"] >= since_ns], rca.transfer_min_after
+    if before is None:
+        before = PairMedians.of(rows[rows["last_ns"] < since_ns])
+    b_key, b_med = before.least(rca.transfer_min_before)
+    a_key, a_med = PairMedians.of(rows[rows["first_ns"] >= since_ns]).least(
+        rca.transfer_min_after
     )
     both, ia, ib = np.intersect1d(a_key, b_key, assume_unique=True, return_indices=True)
     raw = a_med[ia] - b_med[ib]
@@ -188,14 +289,6 @@ def nic_share(nic_of: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pair_medians(rows: np.ndarray, least: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (``rank << 32 | peer``, ascending) with at least ``least`` rows,
-    and the median ``log_ns`` of each."""
-    key = (rows["rank"].astype(np.int64) << 32) | rows["peer"].astype(np.int64)
-    _, n = np.unique(key, return_counts=True)
-    pairs, med = group_medians(key, rows["log_ns"])
-    keep = n >= least
-    return pairs[keep], med[keep]
 
 
 class Side(StrEnum):
@@ -243,10 +336,7 @@ def slow_parts(
     (index), -1 where unknown; pairs within a host (NVLink, shared memory)
     cross no NIC and are left out.
     """
-    cross = lookup(host_of, pairs.rank) != lookup(host_of, pairs.peer)
-    pairs = PairChanges(
-        pairs.rank[cross], pairs.peer[cross], pairs.change[cross], pairs.slowed[cross]
-    )
+    pairs = pairs.across(host_of)
     if not pairs.slowed.any():
         return []
     gain = math.log(rca.transfer_p_fault / rca.transfer_p_noise)

@@ -33,6 +33,7 @@ from mycroft.streams.core.rca_config import DEFAULT_RCA
 from mycroft.streams.core.rca_slow import _waited_on_transfers
 from mycroft.streams.core.suspect import Suspects
 from mycroft.streams.core.topology import CommInfo
+from mycroft.streams.core.transfer_times import PairChanges
 from tests.unit.core.test_slow_rules import HOSTS, MS, PER_HOST
 from tests.unit.core.test_slow_rules import _ctx as hosts_ctx
 
@@ -333,6 +334,42 @@ def test_a_pair_draining_steadily_past_a_clean_nic_mate_is_the_receivers():
     assert 4 not in suspects and conf == 1.0
 
 
+def _wire(
+    slowed: list[tuple[int, int]], clean: list[tuple[int, int]] = ()
+) -> PairChanges:
+    """Cross-host pairs the wire timing measured: ``slowed`` 3x, ``clean``
+    as before."""
+    pairs = sorted([(p, True) for p in slowed] + [(p, False) for p in clean])
+    return PairChanges(
+        np.array([r for (r, _), _ in pairs]),
+        np.array([q for (_, q), _ in pairs]),
+        np.array([np.log(3.0) if s else 0.0 for _, s in pairs]),
+        np.array([s for _, s in pairs]),
+    )
+
+
+def test_a_pair_slowed_on_the_wire_is_the_end_that_moves_nothing_else_as_before():
+    """One GPU to one GPU, no drain step seen (both ends possible from the
+    flows): the wire saw the pair slowed, and rank 4's send to another host
+    as before clears the sender; rank 8 receiving from another host as
+    before clears the receiver instead."""
+    ctx = _ctx()
+    _warm(ctx)
+    flows = _with(_healthy_flows(), {(4, 8): (4.0, 0.0)})
+    suspects = Suspects(DEFAULT_RCA)
+    score_links(ctx, suspects, flows, _wire(slowed=[(4, 8)], clean=[(4, 12)]))
+    assert _best(suspects)[:2] == (8, Component.PCIE)
+    assert 4 not in suspects
+    suspects = Suspects(DEFAULT_RCA)
+    score_links(ctx, suspects, flows, _wire(slowed=[(4, 8)], clean=[(0, 8)]))
+    assert _best(suspects)[0] == 4
+    assert 8 not in suspects
+    # both ends moving other transfers as before: the flows decide (both)
+    suspects = Suspects(DEFAULT_RCA)
+    score_links(ctx, suspects, flows, _wire(slowed=[(4, 8)], clean=[(4, 12), (0, 8)]))
+    assert {4, 8} <= set(suspects)
+
+
 def test_a_nic_mate_slowed_on_the_wire_does_not_clear_the_nic():
     """Rank 5 shows no backlog, but the wire timing saw its sends slowed: it
     does not send normally, so the NIC they share stays the suspect (a
@@ -341,7 +378,7 @@ def test_a_nic_mate_slowed_on_the_wire_does_not_clear_the_nic():
     _warm(ctx)
     flows = _with(_healthy_flows(), {(4, 8): (4.0, 0.0)})
     suspects = Suspects(DEFAULT_RCA)
-    score_links(ctx, suspects, flows, wire_slowed=frozenset({5}))
+    score_links(ctx, suspects, flows, _wire(slowed=[(5, 9)]))
     rank, comp, _ = _best(suspects)
     assert (rank, comp) == (4, Component.NIC)
     # the draining pair is no longer the receiver's alone either
@@ -349,7 +386,7 @@ def test_a_nic_mate_slowed_on_the_wire_does_not_clear_the_nic():
     drained = [
         replace(f, drain_steps=3) if (f.rank, f.peer) == (4, 8) else f for f in flows
     ]
-    score_links(ctx, suspects, drained, wire_slowed=frozenset({5}))
+    score_links(ctx, suspects, drained, _wire(slowed=[(5, 9)]))
     assert _best(suspects)[:2] == (4, Component.NIC)
     assert suspects[8].best[0] is Component.PCIE  # the far end, weaker
 

@@ -13,6 +13,7 @@ from mycroft.streams.core.rca_transfers import wire_view
 from mycroft.streams.core.transfer_times import (
     TIMES,
     PairChanges,
+    PairMedians,
     Scope,
     Side,
     TransferTimes,
@@ -129,6 +130,40 @@ def test_a_pair_through_a_shared_nic_is_slowed_only_beyond_its_share() -> None:
 
     assert slowed(share) == {(1, 9), (3, 7)}
     assert slowed(None) == {(0, 8), (1, 9), (3, 7)}
+
+
+def test_the_history_before_an_onset_outlives_the_ring() -> None:
+    # An 8-row ring (4 ranks): once both pairs have sent 4 times after the
+    # onset it no longer holds a send before it. The history read at the
+    # first look still measures the change: pair 0->8 went 6x slower.
+    times = TransferTimes(2)
+
+    def send(t: int, slow: int) -> None:
+        times.add(*_batch(0, "send", [(8, SEND, 1, t, t + 10, 10 * slow)]))
+        times.add(*_batch(1, "send", [(9, SEND, 1, t, t + 10, 10)]))
+
+    for i in range(3):
+        send(i * 1000, 1)
+    send(ONSET, 6)
+    assert times.before(ONSET).count.tolist() == [3, 3]
+    for i in range(1, 4):
+        send(ONSET + i * 1000, 6)
+    rows = times.kept()
+    assert len(rows) == 8 and (rows["first_ns"] >= ONSET).all()
+    assert len(pair_changes(rows, ONSET, RCA).rank) == 0  # the ring alone
+    ch = pair_changes(rows, ONSET, RCA, before=times.before(ONSET))
+    assert ch.rank.tolist() == [0, 1] and ch.slowed.tolist() == [True, False]
+    assert times.before(ONSET).count.tolist() == [3, 3]  # kept, not re-read
+    assert len(times.before(ONSET - 1).key) == 0  # another onset: the ring's
+
+
+def test_a_later_look_at_an_onset_keeps_per_pair_the_reading_with_more_sends() -> None:
+    held = PairMedians(np.array([1, 2]), np.array([5, 2]), np.array([1.0, 2.0]))
+    now = PairMedians(np.array([2, 3]), np.array([4, 1]), np.array([2.5, 3.0]))
+    got = held.merge(now)
+    assert got.key.tolist() == [1, 2, 3]
+    assert got.count.tolist() == [5, 4, 1]
+    assert got.median.tolist() == [1.0, 2.5, 3.0]
 
 
 def test_a_pair_without_enough_history_is_not_judged() -> None:
@@ -251,11 +286,11 @@ def test_the_wire_view_is_pending_until_a_pair_is_timed_after_the_onset() -> Non
     assert view is not None and not view.pending
     # the job's median change is taken out: two pairs both slowed are its
     # median, so nothing stands out until a third pair holds steady
-    assert view.slowed_senders() == frozenset()
+    assert view.pairs.slowed_senders() == frozenset()
     for i in range(4 + RCA.transfer_min_after):
         t = ONSET + (i - 4) * 1000
         times.add(*_batch(8, "send", [(12, SEND, 4, t, t + 500, 400)]))
         times.add(*_batch(9, "send", [(13, SEND, 4, t, t + 500, 400)]))
         times.add(*_batch(10, "send", [(14, SEND, 4, t, t + 500, 400)]))
     view = wire_view(ctx, ONSET)
-    assert view is not None and view.slowed_senders() == frozenset({0, 1})
+    assert view is not None and view.pairs.slowed_senders() == frozenset({0, 1})
