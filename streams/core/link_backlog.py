@@ -203,15 +203,17 @@ def _pair_ends(
     """For a backlog on the tied NICs ``tops`` sent by one GPU to one GPU,
     the ends whose failure its flows can show; None for any other backlog.
 
-    The pair slowed on the wire while one end moves its other transfers as
-    before leaves the other end: the wire times each part directly.
     T standing still while data the receiver had posted buffers for waits
     is the transport stopping (a stalled proxy thread, a link down): a slow
     receive path drains steadily, so a stop leaves the sender only. A drain
     seen moving, never stopping, from a GPU whose NIC mate sends normally
     clears the shared NIC, and a send proxy holds data back only by not
     running (it posts what is staged whenever it runs): the receiver's path
-    is left. Otherwise (no step seen yet) both.
+    is left. Before the drain is read, the pair slowed on the wire while one
+    end moves its other transfers as before leaves the other end (the wire
+    times each part; a stop is read first because a sender's proxy that
+    stops also observes its in-flight sends done late, which stretches their
+    wire time). Otherwise (no step seen yet) both.
     """
     topo = ctx.topo
     on = [
@@ -222,13 +224,13 @@ def _pair_ends(
     pairs = {(f.rank, f.peer) for f, _ in on}
     if len(pairs) != 1:
         return None
+    if any(f.episodes or f.stall_steps for f, _ in on):
+        return PairEnds(send=True, receive=False)
     sender, receiver = wire.cleared_ends(
         *next(iter(pairs)), ctx.cfg.rca.transfer_slow_ratio
     )
     if sender != receiver:
         return PairEnds(send=not sender, receive=not receiver)
-    if any(f.episodes or f.stall_steps for f, _ in on):
-        return PairEnds(send=True, receive=False)
     if not any(f.drain_steps for f, _ in on):
         return PairEnds(send=True, receive=True)
     alone = _one_gpu_behind(ctx, on, backlog, flows, wire)

@@ -13,7 +13,8 @@ the others as they were.
 The model, in three steps, each over all flows at once:
 
 1. Per sender-receiver pair, the median log wire time per chunk before the
-   incident's onset (its own history) and after it; the pair's change is the
+   incident's onset (its own history, kept for the onset once read:
+   :meth:`TransferTimes.before`) and after it; the pair's change is the
    difference. The job's median change is taken out: a slowdown of every
    pair (a slower phase, the whole job waiting on one rank) is nobody's link.
 2. A pair is *slowed* when its change exceeds ``log(transfer_slow_ratio)``,

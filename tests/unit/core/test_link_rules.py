@@ -368,6 +368,13 @@ def test_a_pair_slowed_on_the_wire_is_the_end_that_moves_nothing_else_as_before(
     suspects = Suspects(DEFAULT_RCA)
     score_links(ctx, suspects, flows, _wire(slowed=[(4, 8)], clean=[(4, 12), (0, 8)]))
     assert {4, 8} <= set(suspects)
+    # T seen standing still is read first: a sender's proxy that stops sees
+    # its in-flight sends done late, stretching that pair's wire time only
+    suspects = Suspects(DEFAULT_RCA)
+    stopped = _pair({"stall_steps": 2})
+    score_links(ctx, suspects, stopped, _wire(slowed=[(4, 8)], clean=[(4, 12)]))
+    assert _best(suspects)[:2] == (4, Component.PROXY)
+    assert 8 not in suspects
 
 
 def test_a_nic_mate_slowed_on_the_wire_does_not_clear_the_nic():
