@@ -12,8 +12,8 @@ part the flagged flows share.
 | ... T seen draining, never stopping, sender's NIC mate clean (*) | pcie (rx) |
 
 (*) sending to other hosts with no backlog flagged and no send the wire
-timing saw slowed. Before both rows: the pair slowed on the wire while one
-of its ends moves its other transfers as before clears that end
+timing saw slowed. Between the last two rows: the pair slowed on the wire
+while one of its ends moves its other transfers as before clears that end
 (``PairChanges.cleared_ends``). ``streams/core/README.md`` (slowdown)
 explains each row.
 """

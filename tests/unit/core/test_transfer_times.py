@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 from mycroft.schemas.columns import DONE_FLOW_COLUMNS, DONE_OP_COLUMNS, empty
+from mycroft.schemas.records import RankTopology, Topology
 from mycroft.schemas.vocab import OP_NAMES, RECV, SEND
 from mycroft.streams.core.rca_config import RcaConfig
 from mycroft.streams.core.rca_transfers import wire_view
+from mycroft.streams.core.topology import JobTopology
 from mycroft.streams.core.transfer_times import (
     TIMES,
     PairChanges,
@@ -294,3 +296,23 @@ def test_the_wire_view_is_pending_until_a_pair_is_timed_after_the_onset() -> Non
         times.add(*_batch(10, "send", [(14, SEND, 4, t, t + 500, 400)]))
     view = wire_view(ctx, ONSET)
     assert view is not None and view.pairs.slowed_senders() == frozenset({0, 1})
+
+
+def test_part_ids_follow_the_topology_as_hosts_report() -> None:
+    topo = JobTopology()
+
+    def host(name: str, ranks: list[int], nics: list[str]) -> Topology:
+        rows = tuple(
+            RankTopology(r, i, f"gpu{i}", nic)
+            for i, (r, nic) in enumerate(zip(ranks, nics, strict=True))
+        )
+        return Topology("job", name, "10.0.0.1", 0, rows)
+
+    topo.add(host("a", [0, 1], ["mlx5_0", "mlx5_0"]))
+    nic_of, host_of = topo.part_ids(4)
+    assert nic_of.tolist() == [0, 0, -1, -1] and host_of.tolist() == [0, 0, -1, -1]
+    assert topo.part_ids(4)[0] is nic_of  # unchanged topology: the same arrays
+    assert not nic_of.flags.writeable
+    topo.add(host("b", [2, 3], ["mlx5_0", "mlx5_1"]))
+    nic_of, host_of = topo.part_ids(4)
+    assert nic_of.tolist() == [0, 0, 1, 2] and host_of.tolist() == [0, 0, 1, 1]
