@@ -263,6 +263,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--seeds", type=int, default=3, help="seeds per fault and setting")
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        help="first seed (added to the setting's seed base; the report half's "
+        "base is 500, so tune seeds below 500 stay disjoint from it)",
+    )
     ap.add_argument("--duration", type=float, default=24.0, help="s per fault run")
     ap.add_argument("--faults", default="all", help="comma list, 'all' or 'none'")
     ap.add_argument("--healthy-runs", type=int, default=2, help="per setting")
@@ -288,7 +295,7 @@ def main() -> int:
     jobs = [
         (s, f, seed, args.duration)
         for s in chosen
-        for seed in range(1, args.seeds + 1)
+        for seed in range(args.first_seed, args.first_seed + args.seeds)
         for f in faults
     ] + [
         (s, "", 1000 + i, args.healthy_duration)

@@ -59,7 +59,7 @@ def _one_gpu_behind(
         return None
     rank = next(iter(ranks))
     mates = set(ctx.topo.ranks_on_nic(rank)) - {rank}
-    flagged = {f.rank for f, _ in backlog} | wire.slowed_senders()
+    flagged = {f.rank for f, _ in backlog} | wire.slowed_senders
     topo = ctx.topo
     clean = {
         f.rank

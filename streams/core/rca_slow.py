@@ -16,7 +16,8 @@ Per rank, against its own healthy baseline and its peers in the same window:
 transfers share.
 
 A rank that arrives *early* in some group (it waited there) is explained by
-that group's late rank: this follows a slowdown across groups to its origin.
+that group's late rank, as far as its wait there covers its lateness
+(``rca_timing.waiters``): this follows a slowdown across groups to its origin.
 So is a receiver that was at an op before its inbound transfer froze at the
 sender: its lateness afterwards is the wait (``_waited_on_transfers``).
 Whole-host, worst-group, finish-only and few-op timing verdicts are capped
@@ -47,6 +48,7 @@ from mycroft.streams.core.rca_timing import (
     late_scores,
     score_timing,
     symptom_floor,
+    waiters,
 )
 from mycroft.streams.core.rca_transfers import score_transfers, wire_view
 from mycroft.streams.core.scoring import PEERS
@@ -148,12 +150,12 @@ def explain_slowdown(
     score_port_events(ctx, suspects, since_ns)
     mem = Members(stats)
     spans = mem.span()
-    late, end_lag, early, worst, ops, pairs = late_scores(ctx, stats, mem)
-    waited = _waited_on_transfers(flows, stats, hist)
-    early |= set(waited)
-    evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
+    late, end_lag, waits, worst, ops, pairs = late_scores(ctx, stats, mem)
     span = float(np.median(spans)) if stats else 0.0
     floor = late_floor(ctx, span)
+    waited = _waited_on_transfers(flows, stats, hist)
+    early = waiters(waits, late, floor) | set(waited)
+    evidence.extend(Evidence(why, r) for r, why in sorted(waited.items()))
     singles = {r for r in outliers(late, floor) if r not in early}
     # A whole host must explain a real share of the slowdown too: among 128
     # hosts one is always a few ms late in its worst group.

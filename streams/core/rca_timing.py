@@ -40,14 +40,17 @@ class Lateness(NamedTuple):
     ``worst`` is aggregated per (comm, rank) first and the rank's worst comm
     is kept: a host whose ranks all run late is on time inside its own
     (intra-host) groups and late only in the groups that cross hosts, which
-    the mixed median hides. ``early`` holds the ranks that waited somewhere;
+    the mixed median hides. ``waits`` holds, for each rank that arrived
+    early somewhere (by the op's early cut, against its usual lateness), the
+    longest it stood in such an op before the op's last member came (see
+    ``waiters``);
     ``ops`` counts each rank's ops; ``pairs`` holds the per (comm, rank)
     medians (``PAIR_ROW`` rows, by comm).
     """
 
     late: dict[int, float]
     end_lag: dict[int, float]
-    early: set[int]
+    waits: dict[int, float]
     worst: dict[int, float]
     ops: dict[int, int]
     pairs: np.ndarray
@@ -60,20 +63,26 @@ def late_scores(
     ctx: DetectContext, stats: Sequence[CollectiveStat], mem: Members | None = None
 ) -> Lateness:
     """Return each rank's lateness, finishing lag, worst group and op count,
-    and the ranks that arrived early somewhere (see ``Lateness``); ranks in
+    and how long the ranks that arrived early somewhere waited there (see
+    ``Lateness``); ranks in
     order of their first member row. Every median is one group reduction
     over all member rows (a 1,024-rank slowdown reads ~400,000). ``mem``:
     ``Members(stats)``, when the caller has it."""
     if not stats:
-        return Lateness({}, {}, set(), {}, {}, np.empty(0, PAIR_ROW))
+        return Lateness({}, {}, {}, {}, {}, np.empty(0, PAIR_ROW))
     # Waiting in a group means arriving early by a real margin: a fraction of
     # the op and at least the late floor (sub-ms jitter of a tiny collective
     # is no evidence of waiting on anyone).
     early_floor = ctx.cfg.late_floor_s * 1e9
-    e = _member_rows(Members(stats) if mem is None else mem, early_floor)
+    mem = Members(stats) if mem is None else mem
+    e = _member_rows(mem, early_floor)
     comm, rank = e["comm"], e["rank"]
     excess = e["late"] - late_medians(ctx, comm, rank)
-    early = set(rank[excess < -e["cut"]].tolist())
+    early = excess < -e["cut"]
+    stood = (mem.per_op(np.maximum, e["late"])[mem.op] - e["late"])[early]
+    waits: dict[int, float] = {}
+    for r, w in zip(rank[early].tolist(), stood.tolist(), strict=True):
+        waits[r] = max(waits.get(r, 0.0), w)
     ranks, agg = group_medians(rank, excess)
     _, agg_end = group_medians(rank, e["end_lag"])
     # Per (comm, rank) median of the excess; a rank's worst comm.
@@ -96,7 +105,7 @@ def late_scores(
     return Lateness(
         by_first(agg),
         by_first(agg_end),
-        early,
+        waits,
         by_first(worst),
         {keys[j]: int(ops[j]) for j in seen},
         pairs,
@@ -118,6 +127,19 @@ def late_medians(ctx: DetectContext, comm: np.ndarray, rank: np.ndarray) -> np.n
         med[known] = np.where(warm, late.stats(rows[known])[0], 0.0)
     out: np.ndarray = med[pair]
     return out
+
+
+def waiters(waits: dict[int, float], late: dict[int, float], floor: float) -> set[int]:
+    """The ranks whose lateness their waits explain.
+
+    A rank that stood in an op while its peers came is late afterwards by
+    about as long as it stood there: the slowdown it shows came from the
+    group it waited on. A wait explains lateness up to its own length, so a
+    rank whose median lateness exceeds its longest wait by more than the
+    late ``floor`` stays a suspect: a straggler that also arrives a few ms
+    early at some other group's op is still the straggler.
+    """
+    return {r for r, w in waits.items() if late.get(r, 0.0) - w <= floor}
 
 
 _MEMBER_ROW = np.dtype(

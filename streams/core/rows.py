@@ -45,9 +45,17 @@ def group_medians(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return the distinct ``keys`` (ascending) and ``np.median`` of the
     ``values`` of each, all groups in one sort."""
+    k, _, med = group_counts_medians(keys, values)
+    return k, med
+
+
+def group_counts_medians(
+    keys: np.ndarray, values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``group_medians`` with each group's row count (keys, counts, medians)."""
     order = np.lexsort((values, keys))
     k, v = keys[order], values[order].astype(np.float64)
     starts = np.flatnonzero(run_starts(k))
     n = np.diff(np.r_[starts, len(k)])
     out: np.ndarray = (v[starts + (n - 1) // 2] + v[starts + n // 2]) / 2
-    return k[starts], out
+    return k[starts], n, out

@@ -41,12 +41,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 import numpy as np
 
 from mycroft.schemas.vocab import SEND
 from mycroft.streams.core.rca_config import RcaConfig
-from mycroft.streams.core.rows import group_medians, run_starts
+from mycroft.streams.core.rows import group_counts_medians, run_starts
 
 TIMES = np.dtype(
     [
@@ -177,9 +178,7 @@ class PairMedians:
     def of(cls, rows: np.ndarray) -> PairMedians:
         """The pairs of ``rows`` (``TIMES``)."""
         key = (rows["rank"].astype(np.int64) << 32) | rows["peer"].astype(np.int64)
-        _, n = np.unique(key, return_counts=True)
-        pairs, med = group_medians(key, rows["log_ns"])
-        return cls(pairs, n, med)
+        return cls(*group_counts_medians(key, rows["log_ns"]))
 
     def merge(self, other: PairMedians) -> PairMedians:
         """Per pair, whichever of the two saw more sends (``self`` on ties)."""
@@ -208,6 +207,7 @@ class PairChanges:
     change: np.ndarray  # log slowdown, the job's median change taken out
     slowed: np.ndarray  # bool
 
+    @cached_property
     def slowed_senders(self) -> frozenset[int]:
         """Ranks with a send slowed on the wire."""
         return frozenset(int(r) for r in self.rank[self.slowed])

@@ -372,7 +372,7 @@ def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> L
     late: dict[int, list[float]] = {}
     endl: dict[int, list[float]] = {}
     per_comm: dict[tuple[int, int], list[float]] = {}
-    early: set[int] = set()
+    waits: dict[int, float] = {}
     for st in stats:
         lt, el = st.lateness_ns(), st.end_lag_ns()
         cut = max(0.3 * max(float(st.span_ns), 1.0), ctx.cfg.late_floor_s * 1e9)
@@ -383,7 +383,7 @@ def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> L
             per_comm.setdefault((st.comm, r), []).append(lv - ref)
             endl.setdefault(r, []).append(ev)
             if lv - ref < -cut:
-                early.add(r)
+                waits[r] = max(waits.get(r, 0.0), float(lt.max()) - lv)
     worst: dict[int, float] = {}
     for (_, r), v in per_comm.items():
         worst[r] = max(worst.get(r, float(np.median(v))), float(np.median(v)))
@@ -394,7 +394,7 @@ def _late_scores_reference(ctx: DetectContext, stats: list[CollectiveStat]) -> L
     return Lateness(
         {r: float(np.median(v)) for r, v in late.items()},
         {r: float(np.median(v)) for r, v in endl.items()},
-        early,
+        waits,
         worst,
         {r: len(v) for r, v in late.items()},
         pairs,
@@ -413,7 +413,7 @@ def test_lateness_scores_over_op_matrices_match_the_per_op_loop(fed: Analyzer) -
         assert np.array_equal(fast.pairs[name], slow.pairs[name])
     assert any(v != 0.0 for v in fast[0].values())  # real lateness was compared
     empty = late_scores(fed.ctx, [])
-    assert empty[:-1] == ({}, {}, set(), {}, {})
+    assert empty[:-1] == ({}, {}, {}, {}, {})
     assert not len(empty.pairs)
 
 

@@ -294,3 +294,31 @@ def test_every_verdict_is_capped_while_the_wire_timing_is_pending() -> None:
     culprits, _ = explain_slowdown(ctx, stats, onset)
     assert culprits[0].rank == 6
     assert culprits[0].confidence > DEFAULT_RCA.hostwide_conf
+
+
+def _straggler_stats(early_ms: int):
+    """Rank 1 is 100 ms late at every op of comm A and arrives ``early_ms``
+    before the others at every op of comm B (other hosts' ranks)."""
+    stats = []
+    for seq in range(8):
+        t = seq * 500 * MS
+        stats.append(_stat(0xA, seq, [0, 1, 4, 8], [t, t + 100 * MS, t, t], [MS] * 4))
+        b = t + 300 * MS
+        begin = [b, b - early_ms * MS, b, b]
+        stats.append(_stat(0xB, seq, [12, 1, 5, 9], begin, [MS] * 4))
+    return stats
+
+
+def test_a_wait_explains_lateness_up_to_its_length():
+    ctx = _ctx()
+    # A straggler that is a few ms early in another group still straggles.
+    culprits, _ = explain_slowdown(ctx, _straggler_stats(early_ms=10), 0)
+    assert culprits and culprits[0].rank == 1
+    assert culprits[0].component is Component.GPU
+    found = late_scores(ctx, _straggler_stats(early_ms=10))
+    assert found.waits[1] == 10 * MS  # it stood there until the others came
+    # Standing 150 ms in group B covers its 100 ms of lateness: a waiter.
+    stats = _straggler_stats(early_ms=150)
+    assert late_scores(ctx, stats).waits[1] == 150 * MS
+    culprits, _ = explain_slowdown(ctx, stats, 0)
+    assert all(c.rank != 1 for c in culprits)

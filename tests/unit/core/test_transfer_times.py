@@ -288,14 +288,14 @@ def test_the_wire_view_is_pending_until_a_pair_is_timed_after_the_onset() -> Non
     assert view is not None and not view.pending
     # the job's median change is taken out: two pairs both slowed are its
     # median, so nothing stands out until a third pair holds steady
-    assert view.pairs.slowed_senders() == frozenset()
+    assert view.pairs.slowed_senders == frozenset()
     for i in range(4 + RCA.transfer_min_after):
         t = ONSET + (i - 4) * 1000
         times.add(*_batch(8, "send", [(12, SEND, 4, t, t + 500, 400)]))
         times.add(*_batch(9, "send", [(13, SEND, 4, t, t + 500, 400)]))
         times.add(*_batch(10, "send", [(14, SEND, 4, t, t + 500, 400)]))
     view = wire_view(ctx, ONSET)
-    assert view is not None and view.pairs.slowed_senders() == frozenset({0, 1})
+    assert view is not None and view.pairs.slowed_senders == frozenset({0, 1})
 
 
 def test_part_ids_follow_the_topology_as_hosts_report() -> None:
