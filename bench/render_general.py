@@ -79,6 +79,12 @@ RENDERERS = {
         "--healthy-duration 60",
         _half,
     ),
+    "campaign_general_tune_seeds4to6": (
+        "General campaign: tune half, seeds 4-6 (3 more tune seeds of 24 s)",
+        "python bench/campaign_general.py --half tune --seeds 3 --first-seed 4 "
+        "--healthy-runs 0",
+        _half,
+    ),
     "campaign_general_report": (
         "General campaign: report-only half (every setting, faults and healthy)",
         "python bench/campaign_general.py --half report",
