@@ -151,7 +151,9 @@ def _score_lag(
     PCIe. Every lagging flow through one NIC, from (or into) each of its
     GPUs that sends (receives) across hosts, while another NIC of the same
     host moves data to other hosts without lag: that NIC (the sending end
-    first: T-D accrues on the wire it sends onto; a tie names both ends).
+    first: T-D accrues on the wire it sends onto; a tie names both ends, and
+    a sending NIC whose lag all drains into one GPU ties with that GPU's
+    PCIe: ``_receiver_tied``).
     Else the network path of the host most of them touch (one GPU's flows
     lagging while its NIC mate's do not are their route, not the NIC).
     """
@@ -189,6 +191,7 @@ def _score_lag(
             "data normally: that NIC's link",
         )
     if named:
+        _receiver_tied(ctx, suspects, lag, named, sent=nics[named[0]][1])
         return
     blame_hosts(
         ctx,
@@ -201,6 +204,41 @@ def _score_lag(
             f"transmitted-not-done lag (T-D) touch host {host}: its network "
             "path acknowledges late"
         ),
+    )
+
+
+def _receiver_tied(
+    ctx: DetectContext,
+    suspects: Suspects,
+    lag: list[LinkFlag],
+    named: list[tuple[str, str]],
+    *,
+    sent: int,
+) -> None:
+    """Name the one GPU every lagging flow drains into (its receive path,
+    PCIe), as the weaker end, when only the NIC sending them all was named.
+
+    A slow PCIe write into the receiving GPU holds the sender's posted slots
+    just as a slow transmit does: one NIC's flows into one GPU cannot tell
+    the two apart (``drains_into_one_gpu`` needs several sending NICs), and
+    the tie keeps the answer revisable until the wire timing measures the
+    parts.
+    """
+    topo = ctx.topo
+    into = {f.peer for f, _ in lag}
+    if len(named) != 1 or sent != len(lag) or len(into) != 1:
+        return
+    (rx,) = into
+    if topo.nic_key(rx) in named:
+        return
+    rca = suspects.rca
+    suspects.at(rx).add(
+        Rule.PCIE_TD_LAG,
+        f"all {len(lag)} cross-host flows with a transmitted-not-done lag (T-D) "
+        f"drain into rank {rx}, all from NIC {named[0][1]} of {named[0][0]}: "
+        "its receive path (PCIe) reads alike",
+        score=rca.link_score(Rule.PCIE_TD_LAG, len(lag)) * rca.ambiguous_end,
+        flow=(lag[0][0].rank, lag[0][0].channel),
     )
 
 

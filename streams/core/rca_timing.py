@@ -80,9 +80,10 @@ def late_scores(
     excess = e["late"] - late_medians(ctx, comm, rank)
     early = excess < -e["cut"]
     stood = (mem.per_op(np.maximum, e["late"])[mem.op] - e["late"])[early]
-    waits: dict[int, float] = {}
-    for r, w in zip(rank[early].tolist(), stood.tolist(), strict=True):
-        waits[r] = max(waits.get(r, 0.0), w)
+    waiting, at = np.unique(rank[early], return_inverse=True)
+    longest = np.zeros(len(waiting))
+    np.maximum.at(longest, at, stood)
+    waits = dict(zip(waiting.tolist(), longest.tolist(), strict=True))
     ranks, agg = group_medians(rank, excess)
     _, agg_end = group_medians(rank, e["end_lag"])
     # Per (comm, rank) median of the excess; a rank's worst comm.

@@ -199,6 +199,23 @@ def test_lag_on_one_gpu_while_its_nic_mate_sends_normally_is_not_the_nic():
     assert _best(suspects)[1] is Component.NETWORK
 
 
+def test_lag_from_one_nic_into_one_gpu_ties_the_nic_with_that_gpus_pcie():
+    """Both GPUs of one NIC lag into one GPU only: a capped transmit and a
+    slow PCIe write into the receiver hold the same posted slots, so the
+    receiving GPU's PCIe is named too, weaker, and the answer stays below
+    the revisable cap."""
+    ctx = _ctx()
+    _warm(ctx)
+    flows = _with(_healthy_flows(), {(4, 8): (0.0, 4.0)}) + [_flow(5, 8, 0.0, 4.0)]
+    suspects = Suspects(DEFAULT_RCA)
+    score_links(ctx, suspects, flows)
+    rank, comp, conf = _best(suspects)
+    assert (rank in (4, 5), comp) == (True, Component.NIC)
+    assert suspects[8].best[0] is Component.PCIE
+    assert str(Rule.PCIE_TD_LAG) in suspects[8].rules
+    assert conf <= DEFAULT_RCA.hostwide_conf
+
+
 def test_lag_into_one_gpu_from_several_nics_is_its_pcie():
     """Under credits a slow PCIe write into the receiving GPU slows the wire
     into it: T-D on every flow into it, from two NICs, its NIC mate fine."""
