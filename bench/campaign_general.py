@@ -17,7 +17,11 @@ each run is simulated and analyzed in-process (``mycroft analyze``'s code
 path, ``bench/campaign/runner.py``) and scored against the truth outside the
 analyzer (``bench/campaign/score.py``). Prints and writes per half: culprit
 (rank) and component accuracy over the fault runs, false root causes on the
-healthy runs, detection p90; per-fault aggregates go to the JSON. Usage::
+healthy runs, detection p90; per-fault aggregates go to the JSON. Each fault
+run's healthy twin (same setting and seed) is simulated too, and the
+accuracy over the runs that cost the job at least one iteration is written
+beside the headline (``bench/campaign/effect.py``; every run still counts in
+the headline). Usage::
 
     python bench/campaign_general.py                       # full: >= 30 healthy min
     python bench/campaign_general.py --half tune --seeds 1 --duration 20 \\
@@ -41,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.campaign.effect import effective, mark, twin_iterations  # noqa: E402
 from bench.campaign.runner import ALL_FAULTS  # noqa: E402
 from bench.campaign.score import score_run  # noqa: E402
 from bench.campaign_offline import aggregate, source_commit, write_rows  # noqa: E402
@@ -229,6 +234,7 @@ def run_setting(args: tuple[Setting, str, int, float]) -> dict[str, Any]:
         "duration_s": duration_s,
         "wall_s": round(wall, 3),
         "noise_events": len(result.noise_events),
+        "iterations": result.iterations,
     }
 
 
@@ -254,7 +260,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "healthy_minutes": round(sum(r["duration_s"] for r in healthy) / 60, 2),
         "false_root_causes_healthy": sum(r["false_root_causes"] for r in healthy),
         "false_root_causes_before_onset": sum(r["false_root_causes"] for r in faulty),
-    }
+    } | effective(faulty)
 
 
 def main() -> int:
@@ -304,7 +310,16 @@ def main() -> int:
     ]
     t0, commit = time.time(), source_commit()
     rows: list[dict[str, Any]] = []
+    twin_jobs = sorted(
+        {(s, seed, d) for s, f, seed, d in jobs if f}, key=lambda j: (j[0].name, j[1])
+    )
     with ProcessPoolExecutor(args.workers) as ex:
+        twins = {
+            (s.name, s.config(seed, d, "twin").seed): n
+            for (s, seed, d), n in zip(
+                twin_jobs, ex.map(twin_iterations, twin_jobs), strict=True
+            )
+        }
         for row in ex.map(run_setting, jobs):
             rows.append(row)
             print(
@@ -314,6 +329,7 @@ def main() -> int:
                 f"false={row['false_root_causes']} wall={row['wall_s']}s",
                 flush=True,
             )
+    mark(rows, twins)
     halves = {
         h: summary([r for r in rows if r["half"] == h])
         for h in ("tune", "report")

@@ -31,6 +31,7 @@ def _half(r: dict[str, Any]) -> list[str]:
             f"{h['detection_p90_s'] or '-'} | {h['false_root_causes_healthy']} "
             f"({h['healthy_minutes']}) | {h['false_root_causes_before_onset']} |"
         )
+    lines += _effective(r["halves"])
     lines += ["", "| setting | runs | culprit | component | false root causes |"]
     lines.append("|---|---:|---:|---:|---:|")
     for setting in r["per_setting"]:
@@ -45,6 +46,24 @@ def _half(r: dict[str, Any]) -> list[str]:
             f"| `{setting}` | {len(runs)} | {share[0]} | {share[1]} | {false} |"
         )
     return lines + _per_fault(r["rows"])
+
+
+def _effective(halves: dict[str, Any]) -> list[str]:
+    """The accuracy over the fault runs that cost the job an iteration
+    against its healthy twin (``bench/campaign/effect.py``), where measured."""
+    lines: list[str] = []
+    for name, h in halves.items():
+        if not h["fault_runs"] or "effective_fault_runs" not in h:
+            continue
+        idle = ", ".join(f"{f} {n}" for f, n in h["no_effect_runs"].items())
+        lines.append(
+            f"- {name}: {h['effective_fault_runs']} of {h['fault_runs']} fault runs "
+            "cost the job at least one iteration against its healthy twin; over "
+            f"them, culprit {h['culprit_accuracy_effective']}, component "
+            f"{h['component_accuracy_effective']}. No iteration lost: "
+            f"{idle or 'none'} (counted in the table above all the same)."
+        )
+    return ["", *lines] if lines else []
 
 
 def _per_fault(rows: list[dict[str, Any]]) -> list[str]:

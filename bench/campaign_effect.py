@@ -1,0 +1,76 @@
+"""Add the fault runs' effect on the job (``bench/campaign/effect.py``) to
+result files of ``bench/campaign_general.py`` written before the campaign
+measured it: each fault run is simulated again (the simulator is
+deterministic per seed; no analysis) beside its healthy twin. Usage::
+
+    python bench/campaign_effect.py bench/results/campaign_general_*.json --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.campaign.effect import iterations, mark, twin_iterations  # noqa: E402
+from bench.campaign_general import SETTINGS, summary  # noqa: E402
+
+
+def main() -> int:
+    """Add ``iterations``, ``iterations_lost`` and ``effect`` to the fault
+    rows of result files, and the effective accuracy to their halves."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("files", type=Path, nargs="+")
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+    by_name = {s.name: s for s in SETTINGS}
+    for path in args.files:
+        doc = json.loads(path.read_text())
+        rows = [r for r in doc["rows"] if r["fault"] != "healthy"]
+        runs = [
+            (by_name[r["setting"]], r["seed"] - by_name[r["setting"]].seed_base)
+            for r in rows
+        ]
+        jobs = [
+            (s, seed, r["duration_s"], r["fault"])
+            for (s, seed), r in zip(runs, rows, strict=True)
+        ]
+        twin_jobs = sorted({(s.name, seed, d) for s, seed, d, _ in jobs})
+        with ProcessPoolExecutor(args.workers) as ex:
+            for r, n in zip(rows, ex.map(iterations, jobs), strict=True):
+                r["iterations"] = n
+            twins = dict(
+                zip(
+                    [
+                        (name, by_name[name].seed_base + seed)
+                        for name, seed, _ in twin_jobs
+                    ],
+                    ex.map(
+                        twin_iterations,
+                        [(by_name[name], seed, d) for name, seed, d in twin_jobs],
+                    ),
+                    strict=True,
+                )
+            )
+        mark(rows, twins)
+        doc["halves"] = {
+            h: summary([r for r in doc["rows"] if r["half"] == h])
+            for h in doc["halves"]
+        }
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(
+            path,
+            {
+                h: {k: v for k, v in s.items() if "effect" in k}
+                for h, s in doc["halves"].items()
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
