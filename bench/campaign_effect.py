@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign.effect import iterations, mark, twin_iterations  # noqa: E402
+from bench.campaign.effect import iterations, mark, twins  # noqa: E402
 from bench.campaign_general import SETTINGS, summary  # noqa: E402
 
 
@@ -39,24 +39,11 @@ def main() -> int:
             (s, seed, r["duration_s"], r["fault"])
             for (s, seed), r in zip(runs, rows, strict=True)
         ]
-        twin_jobs = sorted({(s.name, seed, d) for s, seed, d, _ in jobs})
         with ProcessPoolExecutor(args.workers) as ex:
             for r, n in zip(rows, ex.map(iterations, jobs), strict=True):
                 r["iterations"] = n
-            twins = dict(
-                zip(
-                    [
-                        (name, by_name[name].seed_base + seed)
-                        for name, seed, _ in twin_jobs
-                    ],
-                    ex.map(
-                        twin_iterations,
-                        [(by_name[name], seed, d) for name, seed, d in twin_jobs],
-                    ),
-                    strict=True,
-                )
-            )
-        mark(rows, twins)
+            twin = twins(ex, [(s, seed, d) for s, seed, d, _ in jobs])
+        mark(rows, twin)
         doc["halves"] = {
             h: summary([r for r in doc["rows"] if r["half"] == h])
             for h in doc["halves"]

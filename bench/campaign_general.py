@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.campaign.effect import effective, mark, twin_iterations  # noqa: E402
+from bench.campaign.effect import effective, mark, twins  # noqa: E402
 from bench.campaign.runner import ALL_FAULTS  # noqa: E402
 from bench.campaign.score import score_run  # noqa: E402
 from bench.campaign_offline import aggregate, source_commit, write_rows  # noqa: E402
@@ -310,16 +310,8 @@ def main() -> int:
     ]
     t0, commit = time.time(), source_commit()
     rows: list[dict[str, Any]] = []
-    twin_jobs = sorted(
-        {(s, seed, d) for s, f, seed, d in jobs if f}, key=lambda j: (j[0].name, j[1])
-    )
     with ProcessPoolExecutor(args.workers) as ex:
-        twins = {
-            (s.name, s.config(seed, d, "twin").seed): n
-            for (s, seed, d), n in zip(
-                twin_jobs, ex.map(twin_iterations, twin_jobs), strict=True
-            )
-        }
+        twin = twins(ex, [(s, seed, d) for s, f, seed, d in jobs if f])
         for row in ex.map(run_setting, jobs):
             rows.append(row)
             print(
@@ -329,7 +321,7 @@ def main() -> int:
                 f"false={row['false_root_causes']} wall={row['wall_s']}s",
                 flush=True,
             )
-    mark(rows, twins)
+    mark(rows, twin)
     halves = {
         h: summary([r for r in rows if r["half"] == h])
         for h in ("tune", "report")

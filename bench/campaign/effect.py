@@ -19,6 +19,8 @@ the campaign measured it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from mycroft.producers.sim.config import SimConfig
@@ -28,6 +30,9 @@ from mycroft.schemas.records import Record
 
 
 class _Setting(Protocol):
+    @property
+    def name(self) -> str: ...
+
     def config(self, seed: int, duration_s: float, job_id: str) -> SimConfig: ...
 
 
@@ -41,16 +46,25 @@ class _Discard:
         """Nothing to release."""
 
 
-def twin_iterations(args: tuple[_Setting, int, float]) -> int:
-    """Iterations the healthy twin of a fault run completes."""
-    return iterations((*args, ""))
-
-
 def iterations(args: tuple[_Setting, int, float, str]) -> int:
     """Iterations one run completes (simulated only; fault ``""``: healthy)."""
     setting, seed, duration_s, fault = args
     cfg = setting.config(seed, duration_s, f"gen-{fault or 'healthy'}-{seed}")
     return simulate(cfg, [parse_spec(fault)] if fault else [], _Discard()).iterations
+
+
+def twins(
+    ex: Executor, runs: Iterable[tuple[_Setting, int, float]]
+) -> dict[tuple[str, int], int]:
+    """Iterations of the healthy twin of each fault run (setting, campaign
+    seed, duration), simulated once each on ``ex``, keyed as :func:`mark`
+    reads them: (setting name, the simulator's seed)."""
+    unique = sorted(set(runs), key=lambda r: (r[0].name, r[1], r[2]))
+    counts = ex.map(iterations, [(s, seed, d, "") for s, seed, d in unique])
+    return {
+        (s.name, s.config(seed, d, "twin").seed): n
+        for (s, seed, d), n in zip(unique, counts, strict=True)
+    }
 
 
 def mark(rows: list[dict[str, Any]], twins: dict[tuple[str, int], int]) -> None:

@@ -59,7 +59,8 @@ class RcaConfig:
             timing score (``SLOW_COMPUTE``, ``HOST_WIDE_LATE``).
         transfer_slow_ratio: ``SLOW_TRANSFERS``: a sender-receiver pair is
             slowed when its time per chunk grew this much more than the
-            job's median pair's (a third of a NIC's bandwidth lost, or more),
+            job's median pair's, or than its own when the median got faster
+            (a third of a NIC's bandwidth lost, or more),
             and at least ``k`` times through a NIC that ``k`` GPUs share
             (what their sending at once costs; ``transfer_times``).
         transfer_p_fault: ...the chance that a pair through a faulty part is

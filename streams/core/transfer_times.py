@@ -15,8 +15,13 @@ The model, in three steps, each over all flows at once:
 1. Per sender-receiver pair, the median log wire time per chunk before the
    incident's onset (its own history, kept for the onset once read:
    :meth:`TransferTimes.before`) and after it; the pair's change is the
-   difference. The job's median change is taken out: a slowdown of every
-   pair (a slower phase, the whole job waiting on one rank) is nobody's link.
+   difference. The job's median change, when it is a slowdown, is taken
+   out: a slowdown of every pair (a slower phase, the whole job waiting on
+   one rank) is nobody's link. A speedup is not: a job stalled elsewhere
+   sends less at once and most pairs move data faster than before, which
+   says nothing against the pairs whose time stayed as it was (2 GPUs per
+   NIC, credit slots: a slow GPU's pairs read 2x slower net of such a
+   speedup, 1.98x on their own).
 2. A pair is *slowed* when its change exceeds ``log(transfer_slow_ratio)``,
    and, when ``k`` GPUs share the NIC at either end, ``log(k)``: mates
    sending at once split their NIC's bandwidth, so a fault elsewhere that
@@ -252,7 +257,7 @@ def pair_changes(
     before: PairMedians | None = None,
 ) -> PairChanges:
     """Each pair's change in time per chunk from before ``since_ns`` to after
-    it (``rows``: ``TIMES``), net of the job's median change; pairs in
+    it (``rows``: ``TIMES``), net of the job's median slowdown; pairs in
     ascending (rank, peer) order.
 
     A pair counts with ``transfer_min_before`` transfers ended before the
@@ -270,7 +275,7 @@ def pair_changes(
     )
     both, ia, ib = np.intersect1d(a_key, b_key, assume_unique=True, return_indices=True)
     raw = a_med[ia] - b_med[ib]
-    change = raw - np.median(raw) if len(raw) else raw
+    change = raw - max(float(np.median(raw)), 0.0) if len(raw) else raw
     rank, peer = both >> 32, both & 0xFFFFFFFF
     ratio = np.full(len(both), rca.transfer_slow_ratio)
     if share is not None:

@@ -117,6 +117,26 @@ def test_a_pair_is_slowed_against_its_own_history_net_of_the_job() -> None:
     assert ch.change[2] == pytest.approx(np.log(3))
 
 
+def test_a_job_that_got_faster_on_the_wire_does_not_slow_its_unchanged_pairs() -> None:
+    # A stall elsewhere leaves the job's flows sending less at once: most
+    # pairs move data faster than before. A pair whose time is unchanged
+    # (1.4x) is not slowed by the others speeding up; the 3x pair is, by its
+    # own change.
+    rows = _rows(
+        {(0, 8): (10, 5), (1, 9): (10, 5), (2, 10): (10, 5), (3, 11): (10, 14)}
+        | {(4, 12): (10, 30)}
+    )
+    ch = pair_changes(rows, ONSET, RCA)
+    assert dict(zip(ch.rank.tolist(), ch.slowed.tolist(), strict=True)) == {
+        0: False,
+        1: False,
+        2: False,
+        3: False,
+        4: True,
+    }
+    assert ch.change[4] == pytest.approx(np.log(3))
+
+
 def test_a_pair_through_a_shared_nic_is_slowed_only_beyond_its_share() -> None:
     # Ranks 0 and 1 share a NIC, the others do not: 1.8x on a pair through
     # the shared NIC is what its mate sending at once costs; 2.5x is more.

@@ -4,19 +4,29 @@ own random stream, so the twin differs from the run by the fault alone."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.campaign.effect import effective, iterations, mark, twin_iterations
+from bench.campaign.effect import effective, iterations, mark, twins
 from mycroft.producers.sim.config import SimConfig
 
 
 class _Small:
     name = "small"
+    seed_base = 100
 
     def config(self, seed: int, duration_s: float, job_id: str) -> SimConfig:
         return SimConfig(
-            tp=2, pp=2, dp=2, duration_s=duration_s, seed=seed, job_id=job_id
+            tp=2,
+            pp=2,
+            dp=2,
+            duration_s=duration_s,
+            seed=self.seed_base + seed,
+            job_id=job_id,
         )
+
+
+SMALL = _Small()
 
 
 def _row(fault: str, n: int, *, ok: bool) -> dict[str, Any]:
@@ -31,9 +41,13 @@ def _row(fault: str, n: int, *, ok: bool) -> dict[str, Any]:
 
 
 def test_the_twin_is_the_run_without_its_fault() -> None:
-    twin = twin_iterations((_Small(), 1, 6.0))
-    assert twin == iterations((_Small(), 1, 6.0, ""))
-    assert iterations((_Small(), 1, 6.0, "gpu-hang:rank=1,at=2")) < twin
+    with ThreadPoolExecutor(2) as ex:
+        got = twins(ex, [(SMALL, 1, 6.0), (SMALL, 1, 6.0)])
+    # One twin per run, keyed by the simulator's seed as the rows carry it.
+    assert list(got) == [("small", 101)]
+    twin = got["small", 101]
+    assert twin == iterations((SMALL, 1, 6.0, ""))
+    assert iterations((SMALL, 1, 6.0, "gpu-hang:rank=1,at=2")) < twin
 
 
 def test_effective_accuracy_leaves_out_runs_that_cost_no_iteration() -> None:
