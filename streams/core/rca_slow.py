@@ -19,7 +19,9 @@ A rank that arrives *early* in some group (it waited there) is explained by
 that group's late rank, as far as its wait there covers its lateness
 (``rca_timing.waiters``): this follows a slowdown across groups to its origin.
 So is a receiver that was at an op before its inbound transfer froze at the
-sender: its lateness afterwards is the wait (``_waited_on_transfers``).
+sender, and any other member of that op there before it (a ring passes the
+frozen data on): its lateness afterwards is the wait
+(``_waited_on_transfers``).
 Whole-host, worst-group, finish-only and few-op timing verdicts are capped
 so that later flow evidence can revise them.
 """
@@ -61,7 +63,8 @@ def _waited_on_transfers(
     stats: Sequence[CollectiveStat],
     hist: np.ndarray | None = None,
 ) -> dict[int, str]:
-    """Receivers that had issued an op before its inbound transfer froze.
+    """Receivers that had issued an op before its inbound transfer froze
+    (and the op's other members there before it: :func:`_members_waited`).
 
     A sender's T standing still while its data is ready, after the receiver
     issued the op, is a stall on the sending side (its proxy, its NIC, the
@@ -95,6 +98,7 @@ def _waited_on_transfers(
             continue
         st = ops.get((f.comm, f.freeze_seq))
         if st is not None:
+            _members_waited(f, st, out)
             at = np.flatnonzero(st.ranks == f.peer)
             if not len(at):
                 continue
@@ -118,6 +122,23 @@ def _waited_on_transfers(
                 "data ready: it is late because it waited"
             )
     return out
+
+
+def _members_waited(f: FlowFeatures, st: CollectiveStat, out: dict[int, str]) -> None:
+    """The other members of a collective whose transfer froze at its sender:
+    one there before the freeze waited in it too (a ring or a tree passes
+    the frozen data on, and no member completes without it)."""
+    if len(st.ranks) <= PEERS:
+        return
+    cut = f.freeze_start_ns + f.longest_freeze_ns // 2
+    for r, issued in zip(st.ranks.tolist(), st.issue_ns.tolist(), strict=True):
+        if r in (f.rank, f.peer) or r in out or issued > cut:
+            continue
+        out[r] = (
+            f"had issued op {f.freeze_seq} before the transfer from rank {f.rank} "
+            f"to rank {f.peer} in it froze for {f.longest_freeze_ns / 1e9:.1f} s "
+            "with its data ready: it is late because it waited"
+        )
 
 
 def explain_slowdown(

@@ -498,6 +498,31 @@ def test_a_receiver_there_before_the_transfer_froze_waited():
     assert not _waited_on_transfers([moving], [_p2p(5, 9_990 * MS, 9_950 * MS)])
 
 
+def test_the_members_of_a_ring_op_there_before_its_transfer_froze_waited():
+    """Rank 4's ready data to rank 8 stopped moving for 800 ms inside a ring
+    op of ranks 0, 4, 8 and 12: rank 12, there before the freeze, waited on
+    the data rank 8 passes on; rank 0, which came after it began, and the
+    frozen sender stay suspects."""
+    frozen = FlowFeatures(
+        4, 8, 0, 77, 64.0, 0.5, 1, 800 * MS, 7.0, 0.0, True, 5, 10_000 * MS
+    )
+    issue = np.array([10_600, 9_990, 9_950, 9_900], np.int64) * MS
+    ring = CollectiveStat(
+        comm=77,
+        seq=5,
+        kind=0,
+        nbytes=1 << 20,
+        ranks=np.array([0, 4, 8, 12], np.int32),
+        issue_ns=issue,
+        start_ns=issue,
+        end_ns=issue + 900 * MS,
+        prev_issue_ns=np.full(4, -1, np.int64),
+    )
+    assert set(_waited_on_transfers([frozen], [ring])) == {8, 12}
+    # A pair's op has no other member to pass the data on.
+    assert set(_waited_on_transfers([frozen], [_p2p(5, 9_990 * MS, 9_950 * MS)])) == {8}
+
+
 def _recv_rows(ticks_ms: list[int], seq: int = 5) -> np.ndarray:
     """Snapshots of rank 8's receive flow of op ``seq`` from rank 4."""
     rows = np.zeros(len(ticks_ms), dtype=FLAT_FLOW)
