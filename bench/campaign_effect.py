@@ -31,13 +31,10 @@ def main() -> int:
     for path in args.files:
         doc = json.loads(path.read_text())
         rows = [r for r in doc["rows"] if r["fault"] != "healthy"]
-        runs = [
-            (by_name[r["setting"]], r["seed"] - by_name[r["setting"]].seed_base)
-            for r in rows
-        ]
         jobs = [
-            (s, seed, r["duration_s"], r["fault"])
-            for (s, seed), r in zip(runs, rows, strict=True)
+            (s, r["seed"] - s.seed_base, r["duration_s"], r["fault"])
+            for r in rows
+            for s in (by_name[r["setting"]],)
         ]
         with ProcessPoolExecutor(args.workers) as ex:
             for r, n in zip(rows, ex.map(iterations, jobs), strict=True):

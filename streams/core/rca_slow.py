@@ -99,46 +99,47 @@ def _waited_on_transfers(
         st = ops.get((f.comm, f.freeze_seq))
         if st is not None:
             _members_waited(f, st, out)
-            at = np.flatnonzero(st.ranks == f.peer)
-            if not len(at):
-                continue
-            issued = int(st.issue_ns[at[0]])
-        elif recv is not None:
-            seen = recv["tick_ns"][
-                (recv["rank"] == f.peer)
-                & (recv["peer"] == f.rank)
-                & (recv["comm"] == np.uint64(f.comm))
-                & (recv["seq"] == f.freeze_seq)
-            ]
-            if not len(seen):
-                continue
-            issued = int(seen.min())
-        else:
             continue
-        if issued <= f.freeze_start_ns + f.longest_freeze_ns // 2:
-            out[f.peer] = (
-                f"had issued op {f.freeze_seq} before the transfer from rank "
-                f"{f.rank} froze for {f.longest_freeze_ns / 1e9:.1f} s with its "
-                "data ready: it is late because it waited"
-            )
+        if recv is None:
+            continue
+        seen = recv["tick_ns"][
+            (recv["rank"] == f.peer)
+            & (recv["peer"] == f.rank)
+            & (recv["comm"] == np.uint64(f.comm))
+            & (recv["seq"] == f.freeze_seq)
+        ]
+        if len(seen) and int(seen.min()) <= _cut(f):
+            out[f.peer] = _why(f, f.peer)
     return out
 
 
+def _cut(f: FlowFeatures) -> int:
+    """The latest enqueue that counts as there before ``f`` froze: halfway
+    through its longest freeze."""
+    return f.freeze_start_ns + f.longest_freeze_ns // 2
+
+
+def _why(f: FlowFeatures, r: int) -> str:
+    """Why rank ``r``, there before ``f`` froze, waited."""
+    held = "" if r == f.peer else f" to rank {f.peer} in it"
+    return (
+        f"had issued op {f.freeze_seq} before the transfer from rank {f.rank}"
+        f"{held} froze for {f.longest_freeze_ns / 1e9:.1f} s with its data "
+        "ready: it is late because it waited"
+    )
+
+
 def _members_waited(f: FlowFeatures, st: CollectiveStat, out: dict[int, str]) -> None:
-    """The other members of a collective whose transfer froze at its sender:
-    one there before the freeze waited in it too (a ring or a tree passes
-    the frozen data on, and no member completes without it)."""
-    if len(st.ranks) <= PEERS:
-        return
-    cut = f.freeze_start_ns + f.longest_freeze_ns // 2
+    """The members of a collective whose transfer froze at its sender that
+    were there before the freeze: its receiver, and in a ring or a tree
+    every other member too (they pass the frozen data on, and no member
+    completes without it). The frozen sender is never one."""
+    joined = len(st.ranks) > PEERS
+    cut = _cut(f)
     for r, issued in zip(st.ranks.tolist(), st.issue_ns.tolist(), strict=True):
-        if r in (f.rank, f.peer) or r in out or issued > cut:
+        if r == f.rank or r in out or issued > cut or (r != f.peer and not joined):
             continue
-        out[r] = (
-            f"had issued op {f.freeze_seq} before the transfer from rank {f.rank} "
-            f"to rank {f.peer} in it froze for {f.longest_freeze_ns / 1e9:.1f} s "
-            "with its data ready: it is late because it waited"
-        )
+        out[r] = _why(f, r)
 
 
 def explain_slowdown(

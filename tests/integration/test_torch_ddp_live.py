@@ -63,5 +63,5 @@ def test_ddp_fault_named_live(
 # Last: a worker that lags behind this run (shared cores) must not delay the
 # fault scenarios.
 def test_ddp_healthy_run_is_silent(worker: StreamSettings, tmp_path: Path) -> None:
-    found = live.run_healthy(worker, ddp_job.launch, HEALTHY_S, tmp_path)
-    assert not found, live.summary(found)
+    found, replay = live.run_healthy(worker, ddp_job.launch, HEALTHY_S, tmp_path)
+    assert not found, f"{live.summary(found)}; {replay}"

@@ -69,5 +69,5 @@ def test_fault_named_live(
 def test_healthy_run_is_silent(
     worker: StreamSettings, tmp_path: Path, job: str
 ) -> None:
-    found = live.run_healthy(worker, JOBS[job], HEALTHY_S, tmp_path)
-    assert not found, f"{job}: {live.summary(found)}"
+    found, replay = live.run_healthy(worker, JOBS[job], HEALTHY_S, tmp_path)
+    assert not found, f"{job}: {live.summary(found)}; {replay}"

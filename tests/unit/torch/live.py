@@ -15,8 +15,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from mycroft.producers.tracefile import TraceFileWriter
 from mycroft.schemas.codec import Codec
-from mycroft.schemas.records import RootCause
+from mycroft.schemas.records import Record, RootCause
+from mycroft.streams.analyze import Replay
+from mycroft.streams.faust_runtime import record_job, record_time_ns
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.faust_topics import ensure_topics
 from mycroft.topics import TopicSet
@@ -92,6 +95,42 @@ def root_cause_poller(s: StreamSettings) -> Callable[[], list[RootCause]]:
         return got
 
     return poll
+
+
+def record_trace(s: StreamSettings, job_id: str, path: Path) -> list[RootCause]:
+    """Write ``job_id``'s input records, read back from the broker, to the
+    trace file ``path`` in event-time order; return the root causes the
+    offline analyzer finds in it (``mycroft analyze path`` replays it).
+
+    A live verdict that the offline one does not repeat came from how the
+    worker read the records, not from the records."""
+    topics = TopicSet(s.prefix, 1)
+    names = [topics.topology, topics.state, topics.completion, topics.heartbeat]
+    consumer = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "unused"})
+    codec, got = Codec(), list[tuple[int, Record]]()
+    try:
+        for name in names:
+            tp = TopicPartition(name, 0, 0)
+            end = consumer.get_watermark_offsets(tp, timeout=10)[1]
+            consumer.assign([tp])
+            at = 0
+            while at < end:
+                for msg in consumer.consume(500, 2.0):
+                    at = max(at, msg.offset() + 1)
+                    if msg.error() is not None:
+                        continue
+                    rec = codec.decode(msg.value() or b"")
+                    if record_job(rec) == job_id:
+                        got.append((record_time_ns(rec), rec))
+    finally:
+        consumer.close()
+    got.sort(key=lambda tr: tr[0])
+    replay = Replay()
+    with TraceFileWriter(path) as w:
+        for ts, rec in got:
+            w.write(rec, ts)
+            replay.feed(ts, rec)
+    return list(replay.finish()[1].values())
 
 
 def named(rc: RootCause, rank: int, kind: str) -> bool:
@@ -176,8 +215,10 @@ def run_job_live(  # noqa: PLR0913 - the job, its fault and where to run it
 
 def run_healthy(
     s: StreamSettings, launch: Launch, run_s: float, tmp: Path
-) -> list[RootCause]:
-    """Run 4 traced healthy ranks of a job for ``run_s``; return its root causes.
+) -> tuple[list[RootCause], str]:
+    """Run 4 traced healthy ranks of a job for ``run_s``; return its root
+    causes, and when there are any, where its records were written and
+    what the offline analyzer finds in them (:func:`record_trace`).
 
     Fails if a rank exits meanwhile (the job runs far more steps than fit).
     """
@@ -196,4 +237,8 @@ def run_healthy(
     finally:
         stop_agent(agent, tmp / "agent.log")  # first: the stop is no fault
         harness.job().stop(procs)
-    return found
+    if not found:
+        return found, ""
+    trace = tmp / "job.trace"
+    offline = record_trace(s, job_id, trace)
+    return found, f"records in {trace}; offline: {summary(offline)}"
