@@ -142,6 +142,17 @@ def _members_waited(f: FlowFeatures, st: CollectiveStat, out: dict[int, str]) ->
         out[r] = _why(f, r)
 
 
+def _stopped(ctx: DetectContext, flows: list[FlowFeatures]) -> frozenset[int]:
+    """Ranks with a send to another host whose T was seen standing still
+    with data waiting (a long freeze, or a stop between snapshots)."""
+    host_of = ctx.topo.host_of
+    return frozenset(
+        f.rank
+        for f in flows
+        if (f.episodes or f.stall_steps) and host_of(f.rank) != host_of(f.peer)
+    )
+
+
 def explain_slowdown(
     ctx: DetectContext,
     stats: Sequence[CollectiveStat],
@@ -166,7 +177,7 @@ def explain_slowdown(
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
     wire = wire_view(ctx, since_ns)
     score_links(ctx, suspects, flows, wire.pairs if wire else NO_PAIRS)
-    score_transfers(suspects, wire)
+    score_transfers(suspects, wire, _stopped(ctx, flows))
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)

@@ -67,14 +67,18 @@ def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
     return WireView(pairs.across(host_of), nic_of, host_of, pending)
 
 
-def score_transfers(suspects: Suspects, wire: WireView | None) -> list[SlowPart]:
+def score_transfers(
+    suspects: Suspects, wire: WireView | None, stopped: frozenset[int] = frozenset()
+) -> list[SlowPart]:
     """Add ``SLOW_TRANSFERS`` for the parts that the transfers slowed on the
-    wire share (``wire``: :func:`wire_view`); return them."""
+    wire share (``wire``: :func:`wire_view`; ``stopped``: ranks whose sends
+    were seen standing still, :func:`transfer_times.slow_parts`); return
+    them."""
     if wire is None or not wire.pairs.slowed.any():
         return []
     rca = suspects.rca
     pairs, nic_of, host_of = wire.pairs, wire.nic_of, wire.host_of
-    parts = slow_parts(pairs, nic_of, host_of, rca)
+    parts = slow_parts(pairs, nic_of, host_of, rca, stopped)
     for part in parts:
         rank = part.ranks[0]
         score = rca.link_score(Rule.SLOW_TRANSFERS, part.slowed)

@@ -333,10 +333,24 @@ class SlowPart:
 
 
 def slow_parts(
-    pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray, rca: RcaConfig
+    pairs: PairChanges,
+    nic_of: np.ndarray,
+    host_of: np.ndarray,
+    rca: RcaConfig,
+    stopped: frozenset[int] = frozenset(),
 ) -> list[SlowPart]:
     """The parts that best explain the slowed cross-host pairs (several when
-    tied; empty when no part explains two or more of them better than chance).
+    tied; empty when no part explains them better than chance).
+
+    A part that explains two or more slowed pairs is preferred. Without one,
+    a single slowed pair names the one part at its ends that its clean
+    pairs leave (its sender sends to others as before, its receiver's NIC
+    mates receive as before: the receiver's path), never one of several
+    alike: its two ends, or a rank's path and the NIC it has alone, carry
+    the same pair. A pair sent by a rank in ``stopped`` (one whose transport
+    was seen standing still with data waiting) is not read alone: a sender
+    that stops observes its in-flight sends done late, which stretches
+    their wire time.
 
     ``nic_of`` and ``host_of`` give a job-wide NIC and host id per rank
     (index), -1 where unknown; pairs within a host (NVLink, shared memory)
@@ -345,6 +359,29 @@ def slow_parts(
     pairs = pairs.across(host_of)
     if not pairs.slowed.any():
         return []
+    scored = _scored(pairs, nic_of, host_of, rca)
+    several = [p for p in scored if p.slowed > 1]
+    if several:
+        return _widest(_one_side(_top(several)))
+    # One slowed pair has two ends, and a rank alone on its NIC shares its
+    # pairs with that NIC: the pair names a part only when the pairs clean
+    # at the other parts it crosses leave exactly one.
+    stop = pairs.slowed & np.isin(pairs.rank, list(stopped))
+    if stop.any():
+        keep = ~stop
+        pairs = PairChanges(
+            pairs.rank[keep], pairs.peer[keep], pairs.change[keep], pairs.slowed[keep]
+        )
+        scored = _scored(pairs, nic_of, host_of, rca)
+    top = _one_side(_top(scored))
+    return top if len(top) == 1 else []
+
+
+def _scored(
+    pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray, rca: RcaConfig
+) -> list[SlowPart]:
+    """Every part a slowed pair crosses, read one way and both ways, with
+    its log-likelihood ratio; those above 0."""
     gain = math.log(rca.transfer_p_fault / rca.transfer_p_noise)
     loss = math.log((1 - rca.transfer_p_fault) / (1 - rca.transfer_p_noise))
     scored: list[SlowPart] = []
@@ -364,12 +401,15 @@ def slow_parts(
         ):
             key = ends if ids is None else lookup(ids, ends)
             scored.extend(_score(scope, side, key, ends, read, gain=gain, loss=loss))
-    scored = [p for p in scored if p.slowed >= 2 and p.llr > 0]  # noqa: PLR2004 - one pair has two ends
+    return [p for p in scored if p.llr > 0]
+
+
+def _top(scored: list[SlowPart]) -> list[SlowPart]:
+    """The parts of ``scored`` with the highest log-likelihood ratio."""
     if not scored:
         return []
     best = max(p.llr for p in scored)
-    top = [p for p in scored if math.isclose(p.llr, best, rel_tol=1e-9)]
-    return _widest(_one_side(top))
+    return [p for p in scored if math.isclose(p.llr, best, rel_tol=1e-9)]
 
 
 def _one_side(top: list[SlowPart]) -> list[SlowPart]:

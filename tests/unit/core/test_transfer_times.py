@@ -230,9 +230,45 @@ def test_one_rank_slow_both_ways_its_nic_mate_clean_names_its_path() -> None:
     assert {(p.scope, p.ranks[0]) for p in parts} == {(Scope.RANK, 4)}
 
 
-def test_one_slowed_pair_names_nothing() -> None:
+def test_one_slowed_pair_whose_ends_both_move_other_pairs_names_nothing() -> None:
+    # Rank 4 sends to rank 0 as before, rank 8 receives from rank 12 as
+    # before: either end could hold the one slowed pair.
     slowed = [(4, 8)]
     assert slow_parts(_changes(slowed, _others(*slowed)), NIC_OF, HOST_OF, RCA) == []
+
+
+def test_one_slowed_pair_whose_ends_carry_nothing_else_names_nothing() -> None:
+    slowed = [(4, 8)]
+    assert slow_parts(_changes(slowed, [(6, 10)]), NIC_OF, HOST_OF, RCA) == []
+
+
+def test_one_slowed_pair_into_a_rank_fed_by_no_one_else_names_its_path() -> None:
+    # Rank 4 sends to rank 0 as before and rank 8's NIC mate receives as
+    # before; rank 8 receives from rank 4 only: its own path is left.
+    slowed = [(4, 8)]
+    parts = slow_parts(
+        _changes(slowed, [(4, 0), (13, 9), (5, 1)]), NIC_OF, HOST_OF, RCA
+    )
+    assert [(p.scope, p.side, p.ranks) for p in parts] == [
+        (Scope.RANK, Side.RECV, (8,))
+    ]
+
+
+def test_one_slowed_pair_from_a_sender_that_stopped_names_nothing() -> None:
+    # The same pair as above, its sender's transport seen standing still:
+    # a stopped send proxy observes its in-flight sends done late.
+    slowed = [(4, 8)]
+    changes = _changes(slowed, [(4, 0), (13, 9), (5, 1)])
+    assert slow_parts(changes, NIC_OF, HOST_OF, RCA, frozenset({4})) == []
+
+
+def test_one_slowed_pair_into_a_rank_alone_on_its_nic_names_nothing() -> None:
+    # Its path and its NIC carry the same pair: one pair cannot tell them
+    # apart (two or more name the NIC, below).
+    nic_of = np.arange(16)
+    slowed = [(4, 8)]
+    parts = slow_parts(_changes(slowed, [(4, 0), (13, 9)]), nic_of, HOST_OF, RCA)
+    assert parts == []
 
 
 def test_a_rank_alone_on_its_nic_is_named_by_its_nic() -> None:

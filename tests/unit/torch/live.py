@@ -115,7 +115,10 @@ def record_trace(s: StreamSettings, job_id: str, path: Path) -> list[RootCause]:
             consumer.assign([tp])
             at = 0
             while at < end:
-                for msg in consumer.consume(500, 2.0):
+                batch = consumer.consume(500, 2.0)
+                if not batch:
+                    break  # nothing more to read
+                for msg in batch:
                     at = max(at, msg.offset() + 1)
                     if msg.error() is not None:
                         continue
