@@ -8,7 +8,8 @@ turns them into two arrays for a snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import numpy as np
 
@@ -48,7 +49,8 @@ class CollectiveStat:
     start, end and previous issue of the op's members from ``_at`` on: the
     columns of every op of one join round (or snapshot), so that
     :class:`Members` and snapshots read a thousand ops with one gather, not
-    one array each.
+    one array each; ``_ops`` holds the round's op keys (:data:`OP_KEYS`),
+    this op's at row ``_op``.
     """
 
     __slots__ = (
@@ -67,6 +69,8 @@ class CollectiveStat:
         "_span",
         "_block",
         "_at",
+        "_ops",
+        "_op",
     )
 
     def __init__(  # noqa: PLR0913, PLR0917 - the op's identity and its columns
@@ -93,6 +97,8 @@ class CollectiveStat:
             [ranks.astype(np.int64), issue_ns, start_ns, end_ns, prev_issue_ns]
         )
         self._at = 0
+        self._ops = np.array([(comm, seq, kind, nbytes, len(ranks))], OP_KEYS)
+        self._op = 0
 
     def __repr__(self) -> str:
         return (
@@ -193,15 +199,35 @@ OP_KEYS = np.dtype(
 
 
 def op_keys(stats: Sequence[CollectiveStat]) -> np.ndarray:
-    """One :data:`OP_KEYS` row per op of ``stats``, in order."""
-    n = len(stats)
-    out = np.empty(n, OP_KEYS)
-    out["comm"] = np.fromiter((s.comm for s in stats), np.uint64, n)
-    out["seq"] = np.fromiter((s.seq for s in stats), np.int64, n)
-    out["kind"] = np.fromiter((s.kind for s in stats), np.int64, n)
-    out["nbytes"] = np.fromiter((s.nbytes for s in stats), np.int64, n)
-    out["size"] = np.fromiter((len(s.ranks) for s in stats), np.int64, n)
+    """One :data:`OP_KEYS` row per op of ``stats``, in order, read from the
+    ops' shared key tables (one pass over the ops, not one per key)."""
+    if not stats:
+        return np.empty(0, OP_KEYS)
+    tables, at = _shared(stats, _OPS, _OP)
+    out: np.ndarray = np.concatenate(tables)[at]
     return out
+
+
+_OPS, _OP = attrgetter("_ops"), attrgetter("_op")
+_BLOCK, _AT = attrgetter("_block"), attrgetter("_at")
+
+
+def _shared(
+    stats: Sequence[CollectiveStat],
+    table: Callable[[CollectiveStat], np.ndarray],
+    offset: Callable[[CollectiveStat], int],
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct tables the ops of ``stats`` point into (``table``: one
+    per join round or snapshot), and each op's ``offset`` in its table as a
+    position in the tables' concatenation along their last axis."""
+    n = len(stats)
+    held = list(map(table, stats))
+    ident = np.fromiter(map(id, held), np.int64, n)
+    at = np.fromiter(map(offset, stats), np.int64, n)
+    _, first, which = np.unique(ident, return_index=True, return_inverse=True)
+    tables = [held[i] for i in first.tolist()]
+    base = np.cumsum([0] + [t.shape[-1] for t in tables[:-1]])
+    return tables, base[which.ravel()] + at
 
 
 class Members:
@@ -266,15 +292,9 @@ def _gather(
     block, so this takes each distinct block once and gathers all members
     with one index.
     """
-    n = len(stats)
-    if not n:
+    if not len(stats):
         return np.zeros((rows, 0), np.int64)
-    ident = np.fromiter((id(s._block) for s in stats), np.int64, n)
-    offset = np.fromiter((s._at for s in stats), np.int64, n)
-    _, first, which = np.unique(ident, return_index=True, return_inverse=True)
-    blocks = [stats[i]._block for i in first.tolist()]
-    base = np.cumsum([0] + [b.shape[1] for b in blocks[:-1]])
-    begin = base[which] + offset
+    blocks, begin = _shared(stats, _BLOCK, _AT)
     index = np.repeat(begin - at, size) + np.arange(int(size.sum()))
     out: np.ndarray = np.concatenate([b[:rows] for b in blocks], axis=1)[:, index]
     return out
@@ -327,6 +347,9 @@ def make_stats(
     if not len(count):
         return []
     comm, seq, kind, size = keys
+    ops = np.empty(len(count), OP_KEYS)
+    ops["comm"], ops["seq"], ops["kind"] = comm, seq, kind
+    ops["nbytes"], ops["size"] = size, count
     issue_ns, start_ns, end_ns, prev_issue = block[1], block[2], block[3], block[4]
     first_issue = np.minimum.reduceat(issue_ns, at).tolist()
     last_end = np.maximum.reduceat(end_ns, at).tolist()
@@ -342,5 +365,6 @@ def make_stats(
         stat.first_issue_ns, stat.last_end_ns = first_issue[i], last_end[i]
         stat._begin = stat._span = None
         stat._block, stat._at = block, lo
+        stat._ops, stat._op = ops, i
         out.append(stat)
     return out

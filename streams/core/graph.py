@@ -114,16 +114,33 @@ def _rows_by_op(flows: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
     return dict(zip(keys, np.split(order, starts[1:]), strict=True))
 
 
+def buffers_full(flows: np.ndarray) -> np.ndarray:
+    """Mask of receive rows whose every posted buffer (G) holds data that
+    arrived (T) and that the receiving kernel has not consumed (D): G = T >
+    D. Their sender can put nothing more until the receiver's GPU moves."""
+    out: np.ndarray = (
+        (flows["dir"] == RECV)
+        & (flows["gpu_ready"] == flows["transmitted"])
+        & (flows["transmitted"] > flows["done"])
+    )
+    return out
+
+
 def _data_edges(  # noqa: PLR0917 - private helper of one module
     g: nx.DiGraph, ops: OpFlows, topo: JobTopology, rank: int, comm: int, seq: int
 ) -> None:
     mine, unoffered = ops.of(rank, comm, seq)
     # A recv flow waits on its peer only while data is still to arrive
-    # (``transmitted`` = arrived < total); data that arrived but was not
-    # consumed (``done``) is waiting on the receiving rank's own GPU.
+    # (``transmitted`` = arrived < total) and the receiver is not the one
+    # holding it back: data that arrived but was not consumed (``done``)
+    # waits on the receiving rank's own GPU, and when every buffer it posted
+    # (``gpu_ready``) is filled with such data the sender has nowhere to put
+    # more (schemas/ring.md, recv flows): the receiver waits on itself.
     waiting = (
         (
-            (mine["dir"] == RECV) & (mine["transmitted"] < mine["total"]),
+            (mine["dir"] == RECV)
+            & (mine["transmitted"] < mine["total"])
+            & ~buffers_full(mine),
             "waits for data from peer",
         ),
         (

@@ -17,6 +17,7 @@ import numpy as np
 
 from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.evidence import Rule
+from mycroft.streams.core.graph import buffers_full
 from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 
@@ -266,9 +267,12 @@ def score_in_op(  # noqa: PLR0913, PLR0917 - the hang explainer hands in its sta
     if len(recv) and not len(gt) and not waits_on_unstarted:
         # Table 4 "GPU not ready" (G = T = D frozen) seen against the input:
         # input arrived (transmitted) that its own kernel never consumed
-        # (done), and it received more than it turned into output. Input
-        # all consumed is a rank waiting for more (e.g. behind a dead link),
-        # not a stuck GPU.
+        # (done), and either it received more than it turned into output (a
+        # ring's step) or every buffer it posted for some sender is filled
+        # with such input (G = T > D on a recv flow: that sender can put
+        # nothing more, whatever the algorithm; a tree's node sends up more
+        # than it received). Input all consumed is a rank waiting for more
+        # (e.g. behind a dead link), not a stuck GPU.
         total = max(float(recv["total"].sum()), 1.0)
         held = float((recv["transmitted"] - recv["done"]).sum()) / total
         got = float(recv["transmitted"].sum()) / total
@@ -277,11 +281,14 @@ def score_in_op(  # noqa: PLR0913, PLR0917 - the hang explainer hands in its sta
             if len(sends)
             else 0.0
         )
+        full = buffers_full(recv)
         sus.consider(Component.GPU)
-        if got > made and held > 0:
+        if held > 0 and (got > made or bool(full.any())):
+            why = "" if got > made else f"; {int(full.sum())} recv flow(s) full"
             sus.add(
                 Rule.UNCONSUMED_INPUT,
                 f"holds input it did not consume (arrived {got:.0%}, "
-                f"consumed {got - held:.0%}, produced {made:.0%}; G=T=D frozen)",
-                score=sus.rca.unconsumed_score(got, made, held),
+                f"consumed {got - held:.0%}, produced {made:.0%}{why}; "
+                "G=T=D frozen)",
+                score=sus.rca.unconsumed_score(got, min(made, got), held),
             )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -177,7 +178,7 @@ def explain_slowdown(
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
     wire = wire_view(ctx, since_ns)
     score_links(ctx, suspects, flows, wire.pairs if wire else NO_PAIRS)
-    score_transfers(suspects, wire, _stopped(ctx, flows))
+    score_transfers(suspects, wire, partial(_stopped, ctx, flows))
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)

@@ -10,6 +10,7 @@ measured anything since the onset yet.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,12 +69,14 @@ def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
 
 
 def score_transfers(
-    suspects: Suspects, wire: WireView | None, stopped: frozenset[int] = frozenset()
+    suspects: Suspects,
+    wire: WireView | None,
+    stopped: Callable[[], frozenset[int]] = frozenset,
 ) -> list[SlowPart]:
     """Add ``SLOW_TRANSFERS`` for the parts that the transfers slowed on the
-    wire share (``wire``: :func:`wire_view`; ``stopped``: ranks whose sends
-    were seen standing still, :func:`transfer_times.slow_parts`); return
-    them."""
+    wire share (``wire``: :func:`wire_view`; ``stopped``: the ranks whose
+    sends were seen standing still, :func:`transfer_times.slow_parts`);
+    return them."""
     if wire is None or not wire.pairs.slowed.any():
         return []
     rca = suspects.rca

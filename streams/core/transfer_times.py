@@ -44,6 +44,7 @@ The model, in three steps, each over all flows at once:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
@@ -237,9 +238,12 @@ class PairChanges:
     def across(self, host_of: np.ndarray) -> PairChanges:
         """The pairs between two hosts (``host_of``: a host id per rank, -1
         unknown): pairs within a host (NVLink, shared memory) cross no NIC."""
-        cross = lookup(host_of, self.rank) != lookup(host_of, self.peer)
+        return self.where(lookup(host_of, self.rank) != lookup(host_of, self.peer))
+
+    def where(self, keep: np.ndarray) -> PairChanges:
+        """The pairs where ``keep`` (a bool per pair) holds."""
         return PairChanges(
-            self.rank[cross], self.peer[cross], self.change[cross], self.slowed[cross]
+            self.rank[keep], self.peer[keep], self.change[keep], self.slowed[keep]
         )
 
 
@@ -337,7 +341,7 @@ def slow_parts(
     nic_of: np.ndarray,
     host_of: np.ndarray,
     rca: RcaConfig,
-    stopped: frozenset[int] = frozenset(),
+    stopped: Callable[[], frozenset[int]] = frozenset,
 ) -> list[SlowPart]:
     """The parts that best explain the slowed cross-host pairs (several when
     tied; empty when no part explains them better than chance).
@@ -347,10 +351,10 @@ def slow_parts(
     pairs leave (its sender sends to others as before, its receiver's NIC
     mates receive as before: the receiver's path), never one of several
     alike: its two ends, or a rank's path and the NIC it has alone, carry
-    the same pair. A pair sent by a rank in ``stopped`` (one whose transport
-    was seen standing still with data waiting) is not read alone: a sender
-    that stops observes its in-flight sends done late, which stretches
-    their wire time.
+    the same pair. A pair sent by a rank ``stopped()`` returns (one whose
+    transport was seen standing still with data waiting; asked for only on
+    that path) is not read alone: a sender that stops observes its in-flight
+    sends done late, which stretches their wire time.
 
     ``nic_of`` and ``host_of`` give a job-wide NIC and host id per rank
     (index), -1 where unknown; pairs within a host (NVLink, shared memory)
@@ -363,16 +367,12 @@ def slow_parts(
     several = [p for p in scored if p.slowed > 1]
     if several:
         return _widest(_one_side(_top(several)))
+    stop = pairs.slowed & np.isin(pairs.rank, list(stopped()))
+    if stop.any():
+        scored = _scored(pairs.where(~stop), nic_of, host_of, rca)
     # One slowed pair has two ends, and a rank alone on its NIC shares its
     # pairs with that NIC: the pair names a part only when the pairs clean
     # at the other parts it crosses leave exactly one.
-    stop = pairs.slowed & np.isin(pairs.rank, list(stopped))
-    if stop.any():
-        keep = ~stop
-        pairs = PairChanges(
-            pairs.rank[keep], pairs.peer[keep], pairs.change[keep], pairs.slowed[keep]
-        )
-        scored = _scored(pairs, nic_of, host_of, rca)
     top = _one_side(_top(scored))
     return top if len(top) == 1 else []
 

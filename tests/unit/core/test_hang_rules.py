@@ -275,3 +275,72 @@ def test_op_flows_finds_each_ops_rows_in_table_order_and_the_unoffered_sends() -
     # a send whose receiver reports no row of the op says nothing
     assert OpFlows(fl).of(1, 8, 3)[1].tolist() == [False]
     assert len(OpFlows(fl).of(3, 9, 3)[0]) == 0
+
+
+TREE = 0x40
+
+
+def _tree_rows(rows: list[tuple[int, int, int, int, int, int]]) -> np.ndarray:
+    """Flow rows of one tree op frozen for 2 s: (rank, peer, dir, G, T, D),
+    16 chunks per flow, 4 receive buffers."""
+    out = np.zeros(len(rows), dtype=FLAT_FLOW)
+    for i, (r, peer, d, g, t, done) in enumerate(rows):
+        out[i] = (TICK_NS, r, TREE, 5, 0, peer, d, 16, g, t, done, FROZE_NS)
+    return out
+
+
+def _wait_graph(flows: np.ndarray, ranks: range) -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(ranks)
+    for r in ranks:
+        _data_edges(g, OpFlows(flows), _ctx().topo, r, TREE, 5)
+    return g
+
+
+def test_a_tree_node_whose_gpu_hung_is_where_the_waiting_ends():
+    """Tree node 1 (parent 0, child 2) hung mid-op: every buffer it posted
+    is filled with input its kernel never consumed (G = T > D), so its
+    parent and child cannot send (G > T); it sent more than it received
+    (its reduce goes up). It waits on nobody, and its input names its GPU."""
+    flows = _tree_rows(
+        [
+            (0, 1, SEND, 12, 8, 8),  # broadcast down: no credit from 1
+            (0, 1, RECV, 12, 12, 12),  # reduce up from 1: all consumed
+            (1, 0, SEND, 12, 12, 12),
+            (1, 0, RECV, 8, 8, 4),  # full of unconsumed input
+            (1, 2, SEND, 4, 4, 4),
+            (1, 2, RECV, 8, 8, 4),  # full of unconsumed input
+            (2, 1, SEND, 12, 8, 8),  # reduce up: no credit from 1
+            (2, 1, RECV, 8, 4, 4),  # waits for the broadcast
+        ]
+    )
+    g = _wait_graph(flows, range(3))
+    assert not g.out_edges(1) and g.has_edge(0, 1) and g.has_edge(2, 1)
+    assert terminal_groups(g, {0, 2}) == [{1}]
+    gt = frozen_ready_not_sent(flows, 1_000_000_000)
+    suspects = Suspects(DEFAULT_RCA)
+
+    def blame(r: int) -> Suspect:
+        return suspects.at(r)
+
+    present = {(r, TREE, 5) for r in range(3)}
+    score_in_op(blame(1), flows, {1}, gt, present, blame, _ctx().topo)
+    assert suspects[1].rules == ("unconsumed_input",)
+    assert suspects[1].best[0] is Component.GPU
+
+
+def test_a_tree_node_holding_one_childs_input_waits_on_the_other_child():
+    """Node 1 reduces children 2 and 3; child 2's GPU hung before it sent
+    anything. Node 1 holds child 3's input (G = T > D) because it waits for
+    child 2's (G > T): it waits on child 2, not on child 3."""
+    flows = _tree_rows(
+        [
+            (1, 2, RECV, 4, 0, 0),
+            (1, 3, RECV, 4, 4, 0),
+            (2, 1, SEND, 0, 0, 0),
+            (3, 1, SEND, 8, 4, 4),
+        ]
+    )
+    g = _wait_graph(flows, range(1, 4))
+    assert g.has_edge(1, 2) and not g.has_edge(1, 3) and g.has_edge(3, 1)
+    assert terminal_groups(g, {1, 3}) == [{2}]

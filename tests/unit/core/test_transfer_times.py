@@ -259,7 +259,7 @@ def test_one_slowed_pair_from_a_sender_that_stopped_names_nothing() -> None:
     # a stopped send proxy observes its in-flight sends done late.
     slowed = [(4, 8)]
     changes = _changes(slowed, [(4, 0), (13, 9), (5, 1)])
-    assert slow_parts(changes, NIC_OF, HOST_OF, RCA, frozenset({4})) == []
+    assert slow_parts(changes, NIC_OF, HOST_OF, RCA, lambda: frozenset({4})) == []
 
 
 def test_one_slowed_pair_into_a_rank_alone_on_its_nic_names_nothing() -> None:
