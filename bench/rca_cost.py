@@ -15,7 +15,11 @@ their share. A hang's root cause is timed the same way on a GPU that hangs
 (rank 30 at 6 s) and a NIC that goes down (rank 9's at 6 s): one
 ``explain_hang`` over the latest state (the wait-for graph over every busy
 rank and its flow rows, the terminal groups, the hang rules), refreshed
-every 1 s of trace too. Writes ``bench/results/rca_cost.json``.
+every 1 s of trace too. The slowdown rows also time one wire check
+(``detect_slow_wire`` at the end of the window: every pair's wire time
+against its own, and the parts they share), which runs once a second of
+event time whether or not an incident is open. Writes
+``bench/results/rca_cost.json``.
 Usage::
 
     python bench/rca_cost.py [--sizes 64,1024] [--repeat 3]
@@ -37,6 +41,7 @@ from mycroft.producers.sim.config import SimConfig  # noqa: E402
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
 from mycroft.streams.analyze import Replay  # noqa: E402
+from mycroft.streams.core.detect_wire import detect_slow_wire  # noqa: E402
 from mycroft.streams.core.rca_hang import explain_hang  # noqa: E402
 from mycroft.streams.core.rca_slow import explain_slowdown  # noqa: E402
 
@@ -77,7 +82,7 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
         stats = analyzer.stats.since(since)
         explain_slowdown(analyzer.ctx, stats, since, every_comm=False)
         without.append(time.perf_counter() - t0)
-    return {
+    return _wire_check(analyzer, since, repeat) | {
         "ranks": size,
         "fault": fault,
         "collectives": len(stats),
@@ -85,6 +90,21 @@ def measure(size: int, fault: str, repeat: int) -> dict[str, Any]:
         "refresh_s": round(statistics.median(times), 3),
         "refresh_max_s": round(max(times), 3),
         "refresh_without_gaps_s": round(statistics.median(without), 3),
+    }
+
+
+def _wire_check(analyzer: Any, since: int, repeat: int) -> dict[str, Any]:
+    """The median cost of one wire check at the window's end."""
+    now = since + int(WINDOW_S * 1e9)
+    times = []
+    for _ in range(repeat):
+        analyzer.ctx.store.wire.last_check = -1  # due now
+        t0 = time.perf_counter()
+        detect_slow_wire(analyzer.ctx, now)
+        times.append(time.perf_counter() - t0)
+    return {
+        "timed_transfers": len(analyzer.ctx.store.transfers.kept()),
+        "wire_check_s": round(statistics.median(times), 3),
     }
 
 

@@ -107,6 +107,19 @@ class DetectorConfig:
             only the stage boundaries send across hosts, a few a second per
             rank, and a 32-rank 1F1B job's ring sized by its ranks alone
             lost the history before an onset (229 KB).
+        wire_check_s: How often the wire timing is checked for slowed parts
+            (``detect_wire``), event time: each pair sends a few times a
+            second, so a check a second reads new transfers of most pairs.
+        wire_window_s: A check compares the transfers started in this last
+            window with those ended before it: two checks' worth, so each
+            pair has its ``rca.transfer_min_after`` sends in it.
+        wire_alarm_llr: A part is slowed when its log-likelihood ratio
+            (``rca.transfer_p_fault`` against ``rca.transfer_p_noise`` per
+            pair) reaches this: log(10^4), prior odds of about one part in
+            10^4 at fault per check (a 1,024-rank job has ~6,000 parts, each
+            read three ways), so about five slowed pairs net of clean ones.
+        wire_persist: ...in this many checks in a row: a wire burst or a
+            phase's new mix of transfers lasts one or two.
         incident_quiet_s: An incident closes after this long without anomalies
             and with every comm progressing again.
         incident_max_anomalies: Anomalies published per incident; later ones
@@ -151,6 +164,10 @@ class DetectorConfig:
     history_s: float = 12.0
     transfer_rows_per_rank: int = 128
     transfer_rows_min: int = 8192
+    wire_check_s: float = 1.0
+    wire_window_s: float = 2.0
+    wire_alarm_llr: float = 9.2
+    wire_persist: int = 3
     incident_quiet_s: float = 5.0
     incident_max_anomalies: int = 32
     completion_timeout_s: float = 30.0

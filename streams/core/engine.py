@@ -34,6 +34,7 @@ from mycroft.streams.core.detect_slow import (
     block_flow_gaps,
     observe_collectives,
 )
+from mycroft.streams.core.detect_wire import detect_slow_wire
 from mycroft.streams.core.incidents import Finding, Incident, IncidentTracker
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rca_hang import explain_hang
@@ -211,6 +212,7 @@ class Analyzer:
             + detect_hangs(self.ctx, now_ns)
             + detect_mismatch(self.ctx, now_ns, self.tracker.signature_rows())
             + detect_port_flaps(self.ctx, now_ns)
+            + detect_slow_wire(self.ctx, now_ns)
         )
         self._pending = []
         self.tracker.expire(now_ns, int(self.cfg.completion_timeout_s * 1e9))

@@ -65,6 +65,12 @@ class FlowFeatures:
     drain_steps: int = 0
     stall_steps: int = 0
 
+    @property
+    def stopped(self) -> bool:
+        """The flow's transport was seen standing still with data waiting:
+        a long freeze, or a stop between snapshots."""
+        return bool(self.episodes or self.stall_steps)
+
 
 def flow_features(
     hist: np.ndarray,

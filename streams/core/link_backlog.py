@@ -224,7 +224,7 @@ def _pair_ends(
     pairs = {(f.rank, f.peer) for f, _ in on}
     if len(pairs) != 1:
         return None
-    if any(f.episodes or f.stall_steps for f, _ in on):
+    if any(f.stopped for f, _ in on):
         return PairEnds(send=True, receive=False)
     sender, receiver = wire.cleared_ends(
         *next(iter(pairs)), ctx.cfg.rca.transfer_slow_ratio

@@ -18,7 +18,7 @@ from mycroft.schemas.vocab import SEND
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.ports import PortLog
 from mycroft.streams.core.rows import stack_rows
-from mycroft.streams.core.transfer_times import TransferTimes
+from mycroft.streams.core.transfer_times import TransferTimes, WireWatch
 
 FLAT_FLOW = np.dtype(
     [
@@ -213,11 +213,13 @@ class ProgressStore:
         self._key_slot = np.zeros(0, dtype=np.int64)
         self._comm_code: dict[int, int] = {}
         self.ports = PortLog()
+        self.wire = WireWatch()
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """Restore a snapshot (one taken before port events has none)."""
         self.__dict__.update(state)
         self.__dict__.setdefault("ports", PortLog())
+        self.__dict__.setdefault("wire", WireWatch())
 
     def host(self, name: str) -> HostState:
         """Return the state of host ``name``, creating it."""

@@ -53,7 +53,11 @@ from mycroft.streams.core.rca_timing import (
     symptom_floor,
     waiters,
 )
-from mycroft.streams.core.rca_transfers import score_transfers, wire_view
+from mycroft.streams.core.rca_transfers import (
+    score_transfers,
+    score_uplinks,
+    wire_view,
+)
 from mycroft.streams.core.scoring import PEERS
 from mycroft.streams.core.suspect import Suspects, explain_away, rank_suspects
 from mycroft.streams.core.transfer_times import NO_PAIRS
@@ -144,13 +148,10 @@ def _members_waited(f: FlowFeatures, st: CollectiveStat, out: dict[int, str]) ->
 
 
 def _stopped(ctx: DetectContext, flows: list[FlowFeatures]) -> frozenset[int]:
-    """Ranks with a send to another host whose T was seen standing still
-    with data waiting (a long freeze, or a stop between snapshots)."""
+    """Ranks with a send to another host that stopped (``FlowFeatures.stopped``)."""
     host_of = ctx.topo.host_of
     return frozenset(
-        f.rank
-        for f in flows
-        if (f.episodes or f.stall_steps) and host_of(f.rank) != host_of(f.peer)
+        f.rank for f in flows if f.stopped and host_of(f.rank) != host_of(f.peer)
     )
 
 
@@ -178,7 +179,7 @@ def explain_slowdown(
     flows = flow_features(hist, _host_codes(ctx, hist), _receive_reporters(ctx, hist))
     wire = wire_view(ctx, since_ns)
     score_links(ctx, suspects, flows, wire.pairs if wire else NO_PAIRS)
-    score_transfers(suspects, wire, partial(_stopped, ctx, flows))
+    named = score_transfers(suspects, wire, partial(_stopped, ctx, flows))
     _merge_nic_mates(ctx, suspects)
     nominate_flapping_ports(ctx, suspects, since_ns)
     score_port_events(ctx, suspects, since_ns)
@@ -214,6 +215,10 @@ def explain_slowdown(
         else []
     )
     weak = score_timing(ctx, suspects, (late, worst), end_lag, early, span, flows, slow)
+    if not (outliers(late, floor) or outliers(worst, share) or slow):
+        # Nobody is late: a part whose transfers all stretched, within the
+        # NIC-share margin, is read as the wire check read it.
+        score_uplinks(suspects, wire, ctx.cfg.wire_alarm_llr, named)
     if not suspects:
         # Holding a group back is the last timing evidence read, when nothing
         # else named a suspect, and revisable like a worst-group verdict: a

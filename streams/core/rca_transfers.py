@@ -20,6 +20,7 @@ from mycroft.streams.core.detect import DetectContext
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.suspect import Suspects
 from mycroft.streams.core.transfer_times import (
+    NO_PAIRS,
     PairChanges,
     Scope,
     Side,
@@ -51,6 +52,7 @@ class WireView:
     nic_of: np.ndarray
     host_of: np.ndarray
     pending: bool
+    raw: PairChanges = NO_PAIRS  # the same pairs without the NIC-share margin
 
 
 def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
@@ -65,7 +67,10 @@ def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
     before = times.before(since_ns)
     pairs = pair_changes(rows, since_ns, ctx.cfg.rca, nic_share(nic_of), before)
     pending = bool(len(before.key)) and not len(pairs.rank)
-    return WireView(pairs.across(host_of), nic_of, host_of, pending)
+    raw = pair_changes(rows, since_ns, ctx.cfg.rca, None, before)
+    return WireView(
+        pairs.across(host_of), nic_of, host_of, pending, raw.across(host_of)
+    )
 
 
 def score_transfers(
@@ -80,18 +85,50 @@ def score_transfers(
     if wire is None or not wire.pairs.slowed.any():
         return []
     rca = suspects.rca
-    pairs, nic_of, host_of = wire.pairs, wire.nic_of, wire.host_of
-    parts = slow_parts(pairs, nic_of, host_of, rca, stopped)
+    parts = slow_parts(wire.pairs, wire.nic_of, wire.host_of, rca, stopped)
+    _add(suspects, parts, wire.pairs, wire)
+    return parts
+
+
+def score_uplinks(
+    suspects: Suspects,
+    wire: WireView | None,
+    alarm_llr: float,
+    named: list[SlowPart],
+) -> list[SlowPart]:
+    """Add ``SLOW_TRANSFERS`` for the parts the wire check alarms on
+    (``detect_wire``: two or more pairs slowed without the NIC-share margin,
+    log-likelihood ratio ``alarm_llr`` or more) that :func:`score_transfers`
+    did not name (``named``); return them.
+
+    The margin covers a fault elsewhere moving NIC mates' sends together,
+    a few pairs stretched up to k-fold; traffic on a host's uplink
+    stretches all of its pairs, often by less than k. A GPU that computes
+    slowly also copies slowly, and stretches its transfers within the margin
+    too: call this only when no rank is late.
+    """
+    if wire is None or not wire.raw.slowed.any():
+        return []
+    seen = {(p.scope, p.key) for p in named}
+    parts = [
+        p
+        for p in slow_parts(wire.raw, wire.nic_of, wire.host_of, suspects.rca)
+        if p.slowed > 1 and p.llr >= alarm_llr and (p.scope, p.key) not in seen
+    ]
+    _add(suspects, parts, wire.raw, wire)
+    return parts
+
+
+def _add(
+    suspects: Suspects, parts: list[SlowPart], pairs: PairChanges, wire: WireView
+) -> None:
     for part in parts:
-        rank = part.ranks[0]
-        score = rca.link_score(Rule.SLOW_TRANSFERS, part.slowed)
-        suspects.at(rank).add(
+        suspects.at(part.ranks[0]).add(
             Rule.SLOW_TRANSFERS,
-            _reason(part, pairs, nic_of, host_of),
-            score=score,
+            _reason(part, pairs, wire.nic_of, wire.host_of),
+            score=suspects.rca.link_score(Rule.SLOW_TRANSFERS, part.slowed),
             component=COMPONENT[part.scope],
         )
-    return parts
 
 
 def _reason(

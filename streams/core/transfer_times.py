@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
@@ -247,6 +247,20 @@ class PairChanges:
         )
 
 
+PartKey = tuple[str, str, int]
+"""A part as the wire check keys it: scope, side, id."""
+
+
+@dataclass
+class WireWatch:
+    """What the wire check (``detect_wire``) remembers between checks: the
+    last check's index (event time // period), and per part flagged in the
+    checks just before, its onset and how many checks in a row."""
+
+    last_check: int = -1
+    streak: dict[PartKey, tuple[int, int]] = field(default_factory=dict)
+
+
 NO_PAIRS = PairChanges(
     np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool)
 )
@@ -297,8 +311,6 @@ def nic_share(nic_of: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.ones(len(nic_of), dtype=np.int64)
     out[known] = counts[nic_of[known]]
     return out
-
-
 
 
 class Side(StrEnum):
