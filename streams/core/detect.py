@@ -10,6 +10,8 @@
   their role's; or one rank alone keeps a group waiting for a real share
   of its time (``hold_back``: one late op a step).
 * mismatch: members disagree on op kind or size at one ``(comm, seq)``.
+* port flaps (``detect_ports``) and transfers slowed on the wire
+  (``detect_wire``): a part's own measurement, though no op slows.
 """
 
 from __future__ import annotations
