@@ -29,9 +29,10 @@ from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.detect import DetectContext, new_anomaly
 from mycroft.streams.core.transfer_times import (
     PartKey,
+    Scope,
     SlowPart,
+    alarm_parts,
     pair_changes,
-    slow_parts,
 )
 
 
@@ -47,11 +48,11 @@ def detect_slow_wire(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
     since = now_ns - int(cfg.wire_window_s * 1e9)
     flagged = {_key(p): p for p in _slowed_parts(ctx, since)}
     # A part keeps its first onset while it stays flagged check after check.
-    watch.streak = {
-        key: (onset, run + 1)
-        for key in flagged
-        for onset, run in (watch.streak.get(key, (now_ns, 0)),)
-    }
+    streak: dict[PartKey, tuple[int, int]] = {}
+    for key in flagged:
+        onset, run = watch.streak.get(key, (now_ns, 0))
+        streak[key] = (onset, run + 1)
+    watch.streak = streak
     out: list[Anomaly] = []
     for key, part in sorted(flagged.items()):
         onset, run = watch.streak[key]
@@ -70,8 +71,7 @@ def _slowed_parts(ctx: DetectContext, since_ns: int) -> list[SlowPart]:
     nic_of, host_of = ctx.topo.part_ids(top)
     rca = ctx.cfg.rca
     pairs = pair_changes(rows, since_ns, rca)
-    parts = slow_parts(pairs, nic_of, host_of, rca)
-    return [p for p in parts if p.slowed > 1 and p.llr >= ctx.cfg.wire_alarm_llr]
+    return alarm_parts(pairs, nic_of, host_of, rca, ctx.cfg.wire_alarm_llr)
 
 
 def _key(part: SlowPart) -> PartKey:
@@ -81,7 +81,7 @@ def _key(part: SlowPart) -> PartKey:
 def _anomaly(ctx: DetectContext, part: SlowPart, onset_ns: int, now_ns: int) -> Anomaly:
     ranks = tuple(sorted(part.ranks))
     comms = sorted({c for r in ranks for c in ctx.topo.comms_of(r)})
-    where = f"{part.scope.value} {part.key}" if part.scope.value != "rank" else "rank"
+    where = "rank" if part.scope is Scope.RANK else f"{part.scope.value} {part.key}"
     return new_anomaly(
         ctx,
         "slow_wire",

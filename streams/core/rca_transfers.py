@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from mycroft.streams.core.transfer_times import (
     Scope,
     Side,
     SlowPart,
+    alarm_parts,
     nic_share,
     pair_changes,
     slow_parts,
@@ -52,7 +54,15 @@ class WireView:
     nic_of: np.ndarray
     host_of: np.ndarray
     pending: bool
-    raw: PairChanges = NO_PAIRS  # the same pairs without the NIC-share margin
+    unmargined: Callable[[], PairChanges] = field(
+        default=lambda: NO_PAIRS, repr=False, compare=False
+    )
+
+    @cached_property
+    def raw(self) -> PairChanges:
+        """The same pairs without the NIC-share margin; computed when first
+        read (only the uplink reading, :func:`score_uplinks`, reads it)."""
+        return self.unmargined().across(self.host_of)
 
 
 def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
@@ -67,9 +77,12 @@ def wire_view(ctx: DetectContext, since_ns: int) -> WireView | None:
     before = times.before(since_ns)
     pairs = pair_changes(rows, since_ns, ctx.cfg.rca, nic_share(nic_of), before)
     pending = bool(len(before.key)) and not len(pairs.rank)
-    raw = pair_changes(rows, since_ns, ctx.cfg.rca, None, before)
     return WireView(
-        pairs.across(host_of), nic_of, host_of, pending, raw.across(host_of)
+        pairs.across(host_of),
+        nic_of,
+        host_of,
+        pending,
+        lambda: pair_changes(rows, since_ns, ctx.cfg.rca, None, before),
     )
 
 
@@ -110,11 +123,8 @@ def score_uplinks(
     if wire is None or not wire.raw.slowed.any():
         return []
     seen = {(p.scope, p.key) for p in named}
-    parts = [
-        p
-        for p in slow_parts(wire.raw, wire.nic_of, wire.host_of, suspects.rca)
-        if p.slowed > 1 and p.llr >= alarm_llr and (p.scope, p.key) not in seen
-    ]
+    alarmed = alarm_parts(wire.raw, wire.nic_of, wire.host_of, suspects.rca, alarm_llr)
+    parts = [p for p in alarmed if (p.scope, p.key) not in seen]
     _add(suspects, parts, wire.raw, wire)
     return parts
 

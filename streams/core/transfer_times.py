@@ -389,6 +389,21 @@ def slow_parts(
     return top if len(top) == 1 else []
 
 
+def alarm_parts(
+    pairs: PairChanges,
+    nic_of: np.ndarray,
+    host_of: np.ndarray,
+    rca: RcaConfig,
+    alarm_llr: float,
+) -> list[SlowPart]:
+    """The parts of :func:`slow_parts` that raise the wire alarm: each
+    explains two or more slowed pairs with a log-likelihood ratio of at least
+    ``alarm_llr``. The wire check (``detect_wire``) and root cause's uplink
+    reading (``rca_transfers.score_uplinks``) both read the wire this way."""
+    parts = slow_parts(pairs, nic_of, host_of, rca)
+    return [p for p in parts if p.slowed > 1 and p.llr >= alarm_llr]
+
+
 def _scored(
     pairs: PairChanges, nic_of: np.ndarray, host_of: np.ndarray, rca: RcaConfig
 ) -> list[SlowPart]:
