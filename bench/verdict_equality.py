@@ -24,10 +24,14 @@ ones; ``equal`` is both the same, ``same_culprits`` the same best culprit of
 each incident in onset order (ids aside). No truth is read by either side:
 the simulator's truth only scores the offline verdict (``rank_ok``).
 
-Usage::
+``--setting NAME`` simulates one of ``bench/campaign_general.py``'s settings
+(1F1B, tree all-reduce, slot counters, other layouts; seeds offset by its
+``seed_base``) in place of the default 64-rank job. Usage::
 
     python bench/verdict_equality.py --seeds 3 --healthy-runs 2
     python bench/verdict_equality.py --seeds 1 --faults nic-down,gpu-hang --modes fast
+    python bench/verdict_equality.py --setting 1f1b-2x4x4-h4-slots --seeds 1 \
+        --first-seed 1 --faults net-background-traffic --healthy-runs 0
 
 Results: ``bench/results/verdict_equality.json``.
 """
@@ -50,6 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.campaign.score import score_run  # noqa: E402
+from bench.campaign_general import SETTINGS, Setting  # noqa: E402
 from bench.campaign_live import Backlog, Collector, Seen  # noqa: E402
 from bench.campaign_offline import SHAPES, source_commit  # noqa: E402
 from mycroft.infra.kafka_broker import KafkaBroker  # noqa: E402
@@ -89,13 +94,22 @@ def best(v: Verdict) -> list[tuple[str, tuple[int, str, str] | None]]:
     return [(kind, culprits[0] if culprits else None) for _, kind, culprits in v]
 
 
-def make_job(
-    fault: str, seed: int, job: str, duration: float, work: Path
+def make_job(  # noqa: PLR0913, PLR0917 - one run's inputs
+    fault: str,
+    seed: int,
+    job: str,
+    duration: float,
+    work: Path,
+    setting: Setting | None = None,
 ) -> tuple[Path, Verdict, dict[str, Any]]:
-    """Simulate one job to a trace file; return it, the offline verdict and
-    the offline verdict's score against the truth (read only for that)."""
-    tp, pp, dp = SHAPES[64]
-    cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=duration, seed=seed, job_id=job)
+    """Simulate one job to a trace file (the default 64-rank job, or
+    ``setting``'s); return it, the offline verdict and the offline verdict's
+    score against the truth (read only for that)."""
+    if setting is not None:
+        cfg = setting.config(seed, duration, job)
+    else:
+        tp, pp, dp = SHAPES[64]
+        cfg = SimConfig(tp=tp, pp=pp, dp=dp, duration_s=duration, seed=seed, job_id=job)
     out = ListWriter()
     result = simulate(cfg, [parse_spec(fault)] if fault else [], out)
     path = work / f"{job}.trace"
@@ -341,7 +355,13 @@ def main() -> int:
     p.add_argument("--max-wait", type=float, default=180.0)
     p.add_argument("--workdir", type=Path)
     p.add_argument("--out", type=Path, default=RESULTS / "verdict_equality.json")
+    p.add_argument(
+        "--setting",
+        choices=[s.name for s in SETTINGS],
+        help="simulate this bench/campaign_general.py setting, not the 64-rank job",
+    )
     a = p.parse_args()
+    setting = next((s for s in SETTINGS if s.name == a.setting), None)
     faults = list(FAULTS) if a.faults == "all" else a.faults.split(",")
     seeds = range(a.first_seed, a.first_seed + a.seeds)
     runs = [(f, s) for f in faults for s in seeds]
@@ -353,7 +373,9 @@ def main() -> int:
             jobs = []
             for fault, seed in runs:
                 job = f"eq-{mode}-{fault or 'healthy'}-{seed}"
-                trace, offline, scored = make_job(fault, seed, job, a.duration, work)
+                trace, offline, scored = make_job(
+                    fault, seed, job, a.duration, work, setting
+                )
                 jobs.append(
                     {"job": job, "fault": fault, "seed": seed, "trace": trace,
                      "offline": offline, "scored": scored}
@@ -362,7 +384,8 @@ def main() -> int:
     doc = {
         "command": " ".join(["python bench/verdict_equality.py", *sys.argv[1:]]),
         "commit": commit,
-        "ranks": 64,
+        "setting": a.setting or "default",
+        "ranks": setting.tp * setting.pp * setting.dp if setting else 64,
         "duration_s": a.duration,
         "concurrency": a.concurrency,
         "wall_s": round(time.time() - started, 1),
