@@ -16,9 +16,11 @@ _MODES = {
 
 
 def _equality(r: dict[str, Any]) -> list[str]:
+    setting = r.get("setting", "default")
+    shape = "" if setting == "default" else f" (`{setting}` of campaign_general.py)"
     lines = [
-        f"{r['ranks']}-rank simulated jobs, {r['duration_s']:g} s each, every fault "
-        "type x seeds plus healthy runs, one job id per mode; "
+        f"{r['ranks']}-rank simulated jobs{shape}, {r['duration_s']:g} s each, the "
+        "command's fault types x seeds plus healthy runs, one job id per mode; "
         f"{r['concurrency']} jobs at a time on one real worker. A run is *equal* "
         "when the live root causes (latest revision of each incident: id, kind, "
         "every culprit's rank, component and kind) are exactly those of "
@@ -120,6 +122,16 @@ RENDERERS = {
         "Live verdicts against mycroft analyze after worker kills and stops (rerun)",
         "python bench/verdict_equality.py --seeds 3 --healthy-runs 2 "
         "--modes kill,stop --out bench/results/verdict_equality_restarts.json",
+        _equality,
+    ),
+    "verdict_equality_wire": (
+        "Live verdicts against mycroft analyze where only the wire check fires",
+        "python bench/verdict_equality.py --setting 1f1b-2x4x4-h4-slots --seeds 2 "
+        "--first-seed 1 --faults net-background-traffic --healthy-runs 1 "
+        "--duration 24 --modes speed4,fast --concurrency 2 "
+        "--out bench/results/verdict_equality_wire.json (1F1B, slot counters: "
+        "background traffic on a host's uplink slows no op; only `slow_wire` "
+        "opens the incident)",
         _equality,
     ),
     "worker_saturation_loaded": (
