@@ -8,6 +8,11 @@ subtracted). The plugin's tick (ring writes) runs every 64 ops outside the
 timed calls, as its own thread does in a job. Several runs per ABI; the
 median of the runs' medians is reported, and the largest p99.
 
+The drop check drives the plugin with ``nccl_like --rate`` (NCCL 2.30's call
+sequence and threads, the default 100 ms tick and default pools) at 20,000 to
+100,000 ops/s, collectives and all-to-all, and counts what reached the ring:
+every op must get its OP_DONE and the plugin must count no drop.
+
 From those: a send and a recv proxy step (startEvent, its states, stopEvent),
 what one op costs on the proxy thread, and what fraction of the proxy's time
 a step is for a given step size and link speed. NCCL's example plugin cost
@@ -132,6 +137,72 @@ def derived(cb: dict[str, dict[str, float]]) -> dict[str, Any]:
     }
 
 
+RATES = (20_000, 50_000, 100_000)
+"""Op rates of the drop check, ops/s (an all-to-all is one P2p op per peer and
+direction, so a busy MoE job reaches tens of thousands)."""
+RATE_RING_SLOTS = 1 << 23
+"""Ring slots for the drop check: the run is read after it ends, so the ring holds
+all of it; the agent reads a job's ring every tick instead (``records_per_s``
+says how fast it must)."""
+
+
+def rate_run(
+    build_dir: Path, rate: int, seconds: float, peers: int, release: str = "2.30"
+) -> dict[str, Any]:
+    """``nccl_like --rate``: ops at ``rate`` for ``seconds`` with the default tick
+    and pools; what the ring then holds and what the plugin counted lost."""
+    from mycroft.producers.ring import RingReader  # noqa: PLC0415 - venv only
+    from mycroft.producers.ring_layout import Beat, OpDone, OpIssued  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="mycroft-nccl-rate-") as ring_dir:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MYCROFT_NCCL_")}
+        env.update(
+            MYCROFT_NCCL_RING_DIR=ring_dir,
+            MYCROFT_NCCL_RING_SLOTS=str(RATE_RING_SLOTS),
+        )
+        cmd = [
+            str(build_dir / "nccl_like"),
+            str(build_dir / "libnccl-profiler-mycroft.so"),
+            "--release",
+            release,
+            "--rate",
+            str(rate),
+            "--seconds",
+            str(seconds),
+        ]
+        if peers:
+            cmd += ["--p2p-peers", str(peers)]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+        driver: dict[str, Any] = json.loads(
+            next(ln for ln in out.stdout.splitlines() if ln.startswith("{"))
+        )
+        records: list[Any] = []
+        overwritten = 0
+        for path in sorted(Path(ring_dir).glob("*.ring")):
+            reader = RingReader(path)
+            while reader.lag() > 0:
+                records += reader.poll()
+            overwritten += reader.overwritten
+    beats = [r for r in records if isinstance(r, Beat)]
+    last = beats[-1]
+    done = sum(isinstance(r, OpDone) for r in records)
+    return {
+        "rate_ops_per_s": rate,
+        "p2p_peers": peers,
+        "ops_issued": driver["ops"],
+        "seconds": driver["seconds"],
+        "op_done": done,
+        "op_issued_records": sum(isinstance(r, OpIssued) for r in records),
+        "dropped_ops": last.dropped_ops,
+        "dropped_flows": last.dropped_flows,
+        "dropped_comms": last.dropped_comms,
+        "abandoned_ops": last.abandoned_ops,
+        "ring_overwritten": overwritten,
+        "records_per_s": round(len(records) / driver["seconds"]),
+        "lost": driver["ops"] - done,
+    }
+
+
 def machine() -> dict[str, Any]:
     """Where the numbers come from."""
     model = ""
@@ -152,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=16, help="proxy steps per flow")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
+        "--rate-seconds", type=float, default=2.0, help="length of each drop-check run"
+    )
+    ap.add_argument(
         "--out", type=Path, default=ROOT / "bench/results/nccl_plugin_overhead.json"
     )
     args = ap.parse_args(argv)
@@ -171,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                     r["tick_us_per_64_ops"] for r in runs
                 ),
             }
+        rates = [
+            rate_run(build_dir, rate, args.rate_seconds, peers)
+            for peers in (0, 8)
+            for rate in RATES
+        ]
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -184,9 +263,22 @@ def main(argv: list[str] | None = None) -> int:
         "commit": commit,
         "command": "python bench/nccl_plugin_overhead.py",
         "abis": per_abi,
+        "rates": {
+            "setup": "nccl_like --rate (NCCL 2.30's call sequence): one communicator, "
+            "AllReduce of 1 channel x 2 steps per flow, or all-to-all as one P2p op "
+            "per peer and direction (p2p_peers), default tick and pools, "
+            f"{args.rate_seconds} s per run; the ring enlarged to hold the whole run",
+            "runs": rates,
+        },
         "reported_example_plugin": REPORTED,
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for r in rates:
+        print(
+            f"{r['rate_ops_per_s']} ops/s (p2p peers {r['p2p_peers']}): "
+            f"{r['ops_issued']} issued, {r['op_done']} OP_DONE, dropped ops "
+            f"{r['dropped_ops']}, flows {r['dropped_flows']}"
+        )
     v6 = per_abi["v6"]
     print(
         f"v6: send step {v6['send_step_ns']} ns, recv step {v6['recv_step_ns']} ns, "

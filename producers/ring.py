@@ -18,6 +18,8 @@ from pathlib import Path
 
 from mycroft.producers.ring_layout import (
     HEADER_SIZE,
+    JOB_ID_BYTES,
+    JOB_ID_OFFSET,
     PAYLOADS,
     SLOT_HEAD,
     SLOT_SIZE,
@@ -58,6 +60,7 @@ class RingWriter:
         version: layout version stamped in the header; 2 is needed before
             writing COMM_RANKS / COMM_NAME records (readers of version 1 reject
             such rings instead of counting their slots as corrupt).
+        job_id: the training job's id for the header (version 4).
     """
 
     def __init__(
@@ -66,7 +69,9 @@ class RingWriter:
         rank: int,
         nslots: int = DEFAULT_NSLOTS,
         local_rank: int = -1,
+        *,
         version: int = VERSION,
+        job_id: str = "",
     ) -> None:
         if nslots < 2:
             raise ValueError(f"nslots must be >= 2, got {nslots}")
@@ -75,8 +80,10 @@ class RingWriter:
         self.index = 0
         if not 1 <= version <= VERSION_MAX:
             raise ValueError(f"ring layout version must be 1..{VERSION_MAX}")
+        if job_id and version < 4:
+            raise ValueError("a job id in the header needs ring layout version 4")
         header = RingHeader(
-            nslots, os.getpid(), rank, time.time_ns(), local_rank, version
+            nslots, os.getpid(), rank, time.time_ns(), local_rank, version, job_id
         )
         tmp = self.path.with_name(self.path.name + ".init")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -87,6 +94,7 @@ class RingWriter:
             os.close(fd)
         self._mm[0 : len(header.pack())] = header.pack()
         self._mm[WRITE_IDX_OFFSET : WRITE_IDX_OFFSET + 8] = U64.pack(0)
+        self._mm[JOB_ID_OFFSET : JOB_ID_OFFSET + JOB_ID_BYTES] = header.pack_job_id()
         os.replace(tmp, self.path)
         self._buf = bytearray(SLOT_SIZE)
 
@@ -134,7 +142,7 @@ class RingWriter:
         """Fast path of OP_ISSUED without algorithm, protocol or flows."""
         buf = self._buf
         SLOT_HEAD.pack_into(buf, 0, 2 * self.index + 2, Kind.OP_ISSUED, 0, 0, 0, ts_ns)
-        _ISSUED.pack_into(buf, 24, comm, seq, nbytes, kind, 0, 0, 0, dtype)
+        _ISSUED.pack_into(buf, 24, comm, seq, nbytes, kind, 0, 0, 0, dtype, 0)
         _CRC.pack_into(buf, 12, zlib.crc32(buf))
         self._commit(buf)
 

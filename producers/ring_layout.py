@@ -11,17 +11,21 @@ This module only packs and unpacks; :mod:`mycroft.producers.ring` maps files.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
 MAGIC = b"MYCRING1"
 VERSION = 1
 """Layout version a writer stamps by default (kinds 1..6)."""
-VERSION_MAX = 3
+VERSION_MAX = 4
 """Newest layout this module reads: version 2 adds kinds 7 and 8 (group membership),
-version 3 kind 9 (the NCCL plugin's per-flow proxy-step counters)."""
+version 3 kind 9 (the NCCL plugin's per-flow proxy-step counters), version 4 the
+NCCL plugin's coverage counters in BEAT, OP_ISSUED ``func_seq`` and a send flow's
+``ready_wait_us`` in FLOW_STEPS (all in bytes earlier versions reserve as zero)."""
 COMM_RANKS_PER_SLOT = 6
 """Global ranks one COMM_RANKS record carries."""
 COMM_NAME_BYTES = 32
@@ -38,8 +42,14 @@ DTYPES: tuple[str, ...] = (
     "int64",
     "bool",
     "other",
+    "uint32",
+    "uint64",
+    "float8e4m3",
+    "float8e5m2",
 )
 """Element types of OP_ISSUED byte 56 (append-only, like ``vocab``)."""
+DTYPE_OTHER = DTYPES.index("other")
+"""Code of an element type the list does not name."""
 HEADER_SIZE = 128
 SLOT_SIZE = 64
 WRITE_IDX_OFFSET = 64
@@ -47,6 +57,11 @@ WRITE_IDX_OFFSET = 64
 
 HEADER = struct.Struct("<8sIIIIiiqi")
 """magic, version, header_size, slot_size, nslots, pid, rank, created_ns, local_rank."""
+JOB_ID_OFFSET = 80
+JOB_ID_BYTES = 48
+"""The training job's id in header bytes 80..127 (version 4; zero before): UTF-8,
+zero-padded; an id longer than 48 bytes is kept as its first 39 bytes, ``~`` and
+the 8 hex digits of its FNV-1a 32-bit hash, as the C writer does."""
 
 SLOT_HEAD = struct.Struct("<QBBHIq")
 """seq, kind, flags, reserved, crc32, ts_ns (bytes 0..23)."""
@@ -71,16 +86,17 @@ class Kind(IntEnum):
 PAYLOADS: dict[Kind, struct.Struct] = {
     # comm, nranks, comm_rank, nchannels, gpu, reserved
     Kind.COMM: struct.Struct("<Qiiii16x"),
-    # comm, seq, bytes, kind, algo, proto, pad, nflows, dtype (v2), reserved
-    Kind.OP_ISSUED: struct.Struct("<QqqBBBxiB7x"),
+    # comm, seq, bytes, kind, algo, proto, pad, nflows, dtype (v2), pad, func_seq (v4)
+    Kind.OP_ISSUED: struct.Struct("<QqqBBBxiB3xI"),
     # comm, seq, channel, dir, pad, peer, total, gpu_ready, transmitted, done
     Kind.FLOW_PROGRESS: struct.Struct("<QqhBxiiiii"),
     # comm, seq, first_ns, channel, dir, pad, peer, chunks, wire_us (0: none)
     Kind.FLOW_DONE: struct.Struct("<QqqhBxiiI"),
     # comm, seq, start_ns, nflows, reserved
     Kind.OP_DONE: struct.Struct("<Qqqi12x"),
-    # step, dropped comms/ops/flows, pxn_flows (v2; zero in v1), reserved
-    Kind.BEAT: struct.Struct("<qIIII16x"),
+    # step, dropped comms/ops/flows, pxn_flows (v2; zero in v1),
+    # unseen_ops, abandoned_ops, orphan_flows (v4; zero before), reserved
+    Kind.BEAT: struct.Struct("<qIIIIIII4x"),
     # comm, nranks, first (index in the communicator), 6 global ranks (-1: none)
     Kind.COMM_RANKS: struct.Struct("<Qii6i"),
     # comm, name (UTF-8, zero-padded)
@@ -103,6 +119,8 @@ class RingHeader:
     created_ns: int
     local_rank: int = -1
     version: int = VERSION
+    job_id: str = ""
+    """The training job the writer belongs to ("": not known; version 4)."""
 
     def pack(self) -> bytes:
         """Bytes 0..63 of the file (the write index follows at 64)."""
@@ -118,9 +136,14 @@ class RingHeader:
             self.local_rank,
         ).ljust(WRITE_IDX_OFFSET, b"\0")
 
+    def pack_job_id(self) -> bytes:
+        """Bytes 80..127 of the file: the job id, zero-padded."""
+        return job_id_field(self.job_id)
+
     @classmethod
     def unpack(cls, data: bytes) -> RingHeader:
-        """Decode a header; raise ValueError when it is not a version-1 ring."""
+        """Decode a header (bytes 0..127; the job id needs all of them); raise
+        ValueError when it is not a Mycroft ring of a version this module reads."""
         magic, version, hsize, ssize, nslots, pid, rank, created, local = (
             HEADER.unpack_from(data)
         )
@@ -128,7 +151,38 @@ class RingHeader:
             raise ValueError(f"not a Mycroft ring (magic {magic!r}, version {version})")
         if hsize != HEADER_SIZE or ssize != SLOT_SIZE or nslots <= 0:
             raise ValueError(f"unsupported geometry {hsize}/{ssize}/{nslots}")
-        return cls(nslots, pid, rank, created, local, version)
+        raw = bytes(data[JOB_ID_OFFSET : JOB_ID_OFFSET + JOB_ID_BYTES])
+        job = raw.rstrip(b"\0").decode("utf-8", "replace") if version >= 4 else ""
+        return cls(nslots, pid, rank, created, local, version, job)
+
+
+JOB_ID_ENV = (
+    "MYCROFT_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "PBS_JOBID",
+    "LSB_JOBID",
+)
+"""Where a training process finds its job id, first set wins (the NCCL plugin
+reads the same list): Mycroft's own, then the launcher's. On Kubernetes set
+``MYCROFT_JOB_ID`` from a pod label with the downward API."""
+
+
+def job_id_from_env(env: Mapping[str, str] | None = None) -> str:
+    """The training job's id from ``env`` (default ``os.environ``); "" if none."""
+    env = os.environ if env is None else env
+    return next((env[k] for k in JOB_ID_ENV if env.get(k)), "")
+
+
+def job_id_field(job_id: str) -> bytes:
+    """The 48 header bytes holding ``job_id`` (``JOB_ID_BYTES``)."""
+    raw = job_id.encode("utf-8")
+    if len(raw) > JOB_ID_BYTES:
+        h = 0x811C9DC5
+        for byte in raw:
+            h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+        raw = raw[:39] + b"~" + f"{h:08x}".encode()
+    return raw.ljust(JOB_ID_BYTES, b"\0")
 
 
 @dataclass(frozen=True)
@@ -157,6 +211,10 @@ class OpIssued:
     nflows: int
     dtype: int = 0
     """Code into ``DTYPES`` of the input (0: unknown; version-1 writers leave 0)."""
+    func_seq: int = 0
+    """NCCL's own ``coll.seqNumber`` (low 32 bits), a counter per collective
+    function, for matching NCCL's logs; ``seq`` is the op's identity (version 4;
+    0 from other writers)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +274,16 @@ class Beat:
     """Flows (proxy ops) the writer could not track; version 2."""
     pxn_flows: int = 0
     """Flows run here for another process (PXN), not in this ring; version 2."""
+    unseen_ops: int = 0
+    """Collectives NCCL's API announced that reached the writer with no op
+    event (NCCL ran them without telling the plugin); version 4."""
+    abandoned_ops: int = 0
+    """Ops released without OP_DONE: their communicator was finalized (destroyed
+    or aborted) mid-op, or their flows stopped moving after the kernel ended;
+    version 4."""
+    orphan_flows: int = 0
+    """Flows NCCL started and never stepped or stopped (CollNet, CUDA-memcpy
+    P2P), released once their op's kernel ended; version 4."""
 
 
 @dataclass(frozen=True)
@@ -264,10 +332,15 @@ class FlowSteps:
 
     Written by the NCCL profiler plugin with every FLOW_PROGRESS of the flow,
     at the same ``ts_ns``. On a send flow ``posted`` counts SendGPUWait (slots
-    the proxy offered the GPU) and ``received`` is 0; on a recv flow
-    ``posted`` counts RecvWait (equal to the recv G) and ``received``
-    RecvFlushWait (data arrived from the network). ``nbytes`` sums NCCL's
-    ``transSize`` at SendWait (send) or RecvFlushWait (recv).
+    the proxy offered the GPU) and bytes 52 carry ``ready_wait_us`` (layout
+    version 4, 0 before): the microseconds the flow's steps spent with their
+    data ready in the FIFO before ``isend`` took them (SendPeerWait to
+    SendWait), summed, the head step's current wait included; NCCL checks only
+    the head step for readiness, so a send's G is at most T + 1 and this time
+    is its "ready but not sent" measure. On a recv flow ``posted`` counts
+    RecvWait (equal to the recv G) and ``received`` RecvFlushWait (data
+    arrived from the network). ``nbytes`` sums NCCL's ``transSize`` at
+    SendWait (send) or RecvFlushWait (recv).
     """
 
     ts_ns: int
@@ -279,6 +352,11 @@ class FlowSteps:
     posted: int
     received: int
     nbytes: int
+
+    @property
+    def ready_wait_us(self) -> int:
+        """A send flow's ready-but-not-sent time in µs (0 on a recv flow)."""
+        return self.received if self.direction == 0 else 0
 
 
 def comm_ranks_records(

@@ -33,8 +33,9 @@ ALGORITHMS: tuple[str, ...] = (
     "collnet_direct",
     "collnet_chain",
     "pat",
+    "nvls_tree",
 )
-"""NCCL algorithm names (``op_algo`` codes)."""
+"""NCCL algorithm names (``op_algo`` codes; append-only)."""
 
 PROTOCOLS: tuple[str, ...] = ("unknown", "simple", "ll", "ll128")
 """NCCL protocol names (``op_proto`` codes)."""

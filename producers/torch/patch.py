@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mycroft.producers.ring_layout import DTYPES
+from mycroft.producers.ring_layout import DTYPE_OTHER, DTYPES
 from mycroft.producers.torch.frlive import FrConfig, FrPoller, recorder_dumps
 from mycroft.producers.torch.nccl_done import GpuCompletions, register
 from mycroft.producers.torch.tracer import CommRef, Tracer, comm_hash, p2p_hash
@@ -86,7 +86,7 @@ def _nbytes_dtype(obj: Any) -> tuple[int, int]:
         name = str(obj.dtype).removeprefix("torch.")
     except AttributeError:
         return 0, 0
-    return nbytes, _DTYPE_CODE.get(name, len(DTYPES) - 1)
+    return nbytes, _DTYPE_CODE.get(name, DTYPE_OTHER)
 
 
 class _Args:

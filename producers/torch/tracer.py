@@ -28,6 +28,7 @@ from mycroft.producers.ring_layout import (
     RingRecord,
     comm_name_record,
     comm_ranks_records,
+    job_id_from_env,
 )
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,9 @@ class Tracer:
             return
         self.ring_dir.mkdir(parents=True, exist_ok=True)
         path = self.ring_dir / f"torch-r{rank}-p{os.getpid()}.ring"
-        self.ring = RingWriter(path, rank, self.nslots, local_rank, version=2)
+        self.ring = RingWriter(
+            path, rank, self.nslots, local_rank, version=4, job_id=job_id_from_env()
+        )
         self.rank = rank
         self._beat = threading.Thread(
             target=self._beat_loop, name="mycroft-beat", daemon=True

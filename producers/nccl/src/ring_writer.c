@@ -4,21 +4,28 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static uint32_t crc_table[256];
+#include "glibc_compat.h" /* after the declarations it renames */
 
-static void crc_init(void) {
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+/* Filled once: a later ring (another device) is created while the first one is written. */
+static void crc_fill(void) {
   for (uint32_t i = 0; i < 256; i++) {
     uint32_t c = i;
     for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
     crc_table[i] = c;
   }
 }
+
+static void crc_init(void) { pthread_once(&crc_once, crc_fill); }
 
 static uint32_t crc32_iso(const uint8_t *p, size_t n) {
   uint32_t c = 0xFFFFFFFFu;
@@ -42,8 +49,24 @@ static int mkdirs(const char *dir) {
   return 0;
 }
 
+/* The header's job id: as is up to 48 bytes; else its first 39 bytes, '~' and the 8 hex digits of
+ * its FNV-1a 32-bit hash, so that every host shortens one id the same way. */
+static void put_job_id(uint8_t *dst, const char *job_id) {
+  size_t n = job_id ? strlen(job_id) : 0;
+  if (n <= 48) {
+    if (n) memcpy(dst, job_id, n);
+    return;
+  }
+  uint32_t h = 0x811C9DC5u;
+  for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)job_id[i]) * 0x01000193u;
+  char tail[10];
+  snprintf(tail, sizeof(tail), "~%08x", h);
+  memcpy(dst, job_id, 39);
+  memcpy(dst + 39, tail, 9);
+}
+
 int myc_ring_create(myc_ring_t *ring, const char *dir, const char *name, uint32_t nslots,
-                    int32_t rank, int32_t local_rank, int64_t created_ns) {
+                    int32_t rank, int32_t local_rank, int64_t created_ns, const char *job_id) {
   char final_path[768], tmp_path[800];
   crc_init();
   if (nslots < 2) return EINVAL;
@@ -68,7 +91,7 @@ int myc_ring_create(myc_ring_t *ring, const char *dir, const char *name, uint32_
     return err;
   }
   memcpy(base, "MYCRING1", 8);
-  myc_put_u32(base + 8, 3);
+  myc_put_u32(base + 8, 4); /* layout version 4 (schemas/ring.md §4c) */
   myc_put_u32(base + 12, 128);
   myc_put_u32(base + 16, 64);
   myc_put_u32(base + 20, nslots);
@@ -76,6 +99,7 @@ int myc_ring_create(myc_ring_t *ring, const char *dir, const char *name, uint32_
   myc_put_u32(base + 28, (uint32_t)rank);
   myc_put_u64(base + 32, (uint64_t)created_ns);
   myc_put_u32(base + 40, (uint32_t)local_rank);
+  put_job_id(base + 80, job_id);
   if (rename(tmp_path, final_path) != 0) {
     err = errno;
     munmap(base, size);

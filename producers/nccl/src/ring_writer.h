@@ -1,4 +1,4 @@
-/* C writer of the Mycroft trace ring (schemas/ring.md, layout version 3). Single writer. */
+/* C writer of the Mycroft trace ring (schemas/ring.md, layout version 4). Single writer. */
 #ifndef MYCROFT_RING_WRITER_H
 #define MYCROFT_RING_WRITER_H
 
@@ -24,9 +24,10 @@ typedef struct {
   size_t size;
 } myc_ring_t;
 
-/* Create `dir/name` (via `name.init` and rename) with `nslots` slots; 0 on success, else errno. */
+/* Create `dir/name` (via `name.init` and rename) with `nslots` slots; 0 on success, else errno.
+ * `job_id` (NULL or "": unknown) goes to header bytes 80..127 (schemas/ring.md §2). */
 int myc_ring_create(myc_ring_t *ring, const char *dir, const char *name, uint32_t nslots,
-                    int32_t rank, int32_t local_rank, int64_t created_ns);
+                    int32_t rank, int32_t local_rank, int64_t created_ns, const char *job_id);
 /* Commit one 64-byte slot whose bytes 8..63 are in `buf` (seq and crc are filled here). */
 void myc_ring_commit(myc_ring_t *ring, uint8_t buf[64]);
 void myc_ring_close(myc_ring_t *ring);

@@ -9,6 +9,9 @@ as tabulated in ``producers/nccl/README.md``.
 
 from __future__ import annotations
 
+import platform
+import re
+import shutil
 import subprocess
 
 import pytest
@@ -74,3 +77,26 @@ def test_layout_matches_nccl(version: str) -> None:
     expected.update(_PER_VERSION[version])
     got = _measured()
     assert {k: got.get(k) for k in expected} == expected
+
+
+def _glibc_versions(objdump_t: str) -> set[tuple[int, ...]]:
+    """The ``GLIBC_x.y[.z]`` symbol versions an ``objdump -T`` listing asks for."""
+    found = re.findall(r"\(GLIBC_(\d+(?:\.\d+)+)\)", objdump_t)
+    return {tuple(int(p) for p in v.split(".")) for v in found}
+
+
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or shutil.which("objdump") is None,
+    reason="the symbol versions are pinned for x86-64 glibc (objdump reads them)",
+)
+def test_the_library_loads_on_glibc_2_17() -> None:
+    """The .so built here asks for no glibc symbol newer than 2.17, so it loads in
+    an older training image (the 2.34 pthread/dl symbols are bound to 2.2.5)."""
+    so = build() / "libnccl-profiler-mycroft.so"
+    out = subprocess.run(
+        ["objdump", "-T", str(so)], capture_output=True, text=True, check=True
+    ).stdout
+    versions = _glibc_versions(out)
+    assert versions, "objdump found no GLIBC symbol versions"
+    assert max(versions) <= (2, 17), sorted(versions)
+    assert _glibc_versions("x (GLIBC_2.34) pthread_once") == {(2, 34)}

@@ -51,10 +51,8 @@ def test_every_op_is_done_or_counted_dropped(
         last[(x.comm, x.seq, x.channel, x.direction)] = x
     assert len(last) == len(flows)
     assert {x.nbytes for x in last.values()} == {STEPS * 1000}
-    assert {(x.direction, x.posted, x.received) for x in last.values()} == {
-        (0, STEPS, 0),
-        (1, STEPS, STEPS),
-    }
+    assert {(x.direction, x.posted) for x in last.values()} == {(0, STEPS), (1, STEPS)}
+    assert {x.received for x in last.values() if x.direction == 1} == {STEPS}
 
 
 def test_no_data_race_under_thread_sanitizer(tmp_path: Path) -> None:
