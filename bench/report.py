@@ -179,12 +179,28 @@ def _nccl_plugin(r: dict[str, Any]) -> list[str]:
         "job time; Mycroft's plugin has not yet been measured on a GPU "
         "(`producers/nccl/gpu_check.sh`).",
     ]
+    if "rates" in r:
+        lines += ["", f"**Op rates.** {r['rates']['setup']}:", ""]
+        lines += [
+            "| ops/s | kind | ops issued | OP_DONE | dropped ops | dropped flows "
+            "| records/s into the ring |",
+            "|---:|---|---:|---:|---:|---:|---:|",
+        ]
+        for x in r["rates"]["runs"]:
+            kind = (
+                f"all-to-all, {x['p2p_peers']} peers" if x["p2p_peers"] else "AllReduce"
+            )
+            lines.append(
+                f"| {x['rate_ops_per_s']:,} | {kind} | {x['ops_issued']:,} "
+                f"| {x['op_done']:,} | {x['dropped_ops']:,} | {x['dropped_flows']:,} "
+                f"| {x['records_per_s']:,} |"
+            )
     return lines
 
 
 RENDERERS = {
     "nccl_plugin_overhead": (
-        "NCCL profiler plugin: cost per callback",
+        "NCCL profiler plugin: cost per callback and op rates",
         "python bench/nccl_plugin_overhead.py",
         _nccl_plugin,
     ),
@@ -237,6 +253,9 @@ def render() -> str:
         lines += [f"## {title}", "", f"Command: `{command}`", ""]
         lines += fn(json.loads(path.read_text()))
         lines += [""]
+    history = BENCH / "history.md"  # hand-written, dated: kept as it is
+    if history.exists():
+        lines += [history.read_text().rstrip(), ""]
     return "\n".join(lines)
 
 

@@ -13,7 +13,13 @@ from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import MycroftError
 from mycroft.kafka_client import create_topics
-from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
+from mycroft.kafka_diagnosis import refused_exception
+from mycroft.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    env_prefixes,
+    security_from,
+)
 from mycroft.kafka_security import add_flags as add_security_flags
 from mycroft.topics import TOPICS, TopicSet
 
@@ -52,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_config_flag(create)
     add_flags(create, TopicsSettings, "topics")
-    add_security_flags(create, "MYCROFT_")
+    add_security_flags(create, env_prefixes("topics"))
     sub.add_parser(
         "list", help="print the declared topics", description="Print every topic "
         "Mycroft declares: record, key, partitions, retention, cleanup policy.",
@@ -62,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def load_settings(flags: Mapping[str, Any], env: Mapping[str, str]) -> TopicsSettings:
     """The settings of ``topics create`` from its parsed flags and ``env``."""
-    security = security_from(flags, env, "MYCROFT_")
+    security = security_from(flags, env, env_prefixes("topics"))
     return load(TopicsSettings, "topics", flags, env, extra={"security": security})
 
 
@@ -98,6 +104,8 @@ def create(s: TopicsSettings) -> int:
             extra=s.security.librdkafka(),
         )
     except MycroftError as exc:
+        if exc.__cause__ is not None and refused_exception(exc.__cause__):
+            raise  # an ACL: the mycroft command says what to check
         print(f"mycroft topics create: {exc}")
         return 1
     for key in topics.specs:

@@ -114,19 +114,55 @@ def _exit_code(exc: SystemExit) -> int:
     return int(ExitCode.FAILED)
 
 
-def _report(failure: Failure, name: str) -> int:
-    print("\n".join(failure.lines(name)), file=sys.stderr)
+def _report(failure: Failure, name: str, debug: bool = False) -> int:
+    lines = failure.lines(name)
+    if debug and failure.debug:
+        lines.append(f"  {failure.debug}")
+    print("\n".join(lines), file=sys.stderr)
     return int(failure.code)
+
+
+DEPRECATED_FLAGS = {("simulate", "--kafka"): "--bootstrap"}
+"""(command, older flag) -> the flag that replaced it; the older still works."""
+
+
+def _renamed(name: str, rest: list[str]) -> list[str]:
+    """``rest`` with the older flags of ``name`` warned about; ``simulate``
+    reads its address from ``--kafka`` still, so ``--bootstrap`` goes there."""
+    out = []
+    for arg in rest:
+        flag, eq, value = arg.partition("=")
+        if (name, flag) in DEPRECATED_FLAGS:
+            print(f"mycroft {name}: {flag} is deprecated; use "
+                  f"{DEPRECATED_FLAGS[name, flag]}", file=sys.stderr)  # fmt: skip
+        simulate_bootstrap = name == "simulate" and flag == "--bootstrap"
+        out.append("--kafka" + eq + value if simulate_bootstrap else arg)
+    return out
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the reader went away, and the interpreter's
+    own flush at exit must not complain about it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _warn_unknown_variables() -> None:
+    from mycroft.env_check import unknown_variables  # noqa: PLC0415
+
+    for line in unknown_variables(os.environ):
+        print(line, file=sys.stderr)
 
 
 def _run(name: str, rest: list[str]) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     with _argparse_hooks(name, rest):
-        code: int = module.main(rest)
+        code: int = module.main(_renamed(name, rest))
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - one return per outcome
     """Dispatch to the subcommand's ``main``; return its exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args or os.environ.get("MYCROFT_DEBUG", "") not in {"", "0"}
@@ -139,13 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mycroft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return int(ExitCode.USAGE)
     setup_logging(debug=debug)
+    _warn_unknown_variables()
     try:
         return _run(name, rest)
     except SystemExit as exc:  # argparse after --help or a usage error
         return _exit_code(exc)
     except _Unavailable as exc:
-        return _report(exc.failure, name)
+        return _report(exc.failure, name, debug)
+    except BrokenPipeError:  # `mycroft incidents list | head -1`: a filter
+        _quiet_stdout()
+        return 0
     except (Exception, KeyboardInterrupt) as exc:  # the one error path
         if debug:
             traceback.print_exc()
-        return _report(explain(exc, name, rest), name)
+        return _report(explain(exc, name, rest), name, debug)

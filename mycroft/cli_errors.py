@@ -10,6 +10,7 @@ address and the flag or environment variable that set it.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import errno
 import gzip
 import json
@@ -28,10 +29,13 @@ from mycroft.errors import (
     ConfigError,
     DecodeError,
     InputError,
+    KafkaRefused,
     MycroftError,
+    Refusal,
     SchemaError,
     SinkError,
 )
+from mycroft.kafka_diagnosis import refused_exception
 
 
 class ExitCode(IntEnum):
@@ -44,6 +48,9 @@ class ExitCode(IntEnum):
     INPUT = 4  # a path missing or unusable, a file not what the command reads
     UNAVAILABLE = 5  # Kafka, Prometheus or OpenSearch cannot be reached
     MISSING_EXTRA = 6  # an optional dependency is not installed
+    AUTHENTICATION = 7  # Kafka refused the SASL user, password or mechanism
+    TLS = 8  # TLS with Kafka failed: CA not trusted, TLS on one side only
+    AUTHORIZATION = 9  # Kafka's ACLs refuse this user a topic, group or cluster
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -67,10 +74,11 @@ BROKER_SETTINGS: dict[str, tuple[str, str, str, str | None]] = {
     "topics": ("--bootstrap", "topics", "bootstrap", "MYCROFT_BOOTSTRAP"),
     "incidents": ("--bootstrap", "incidents", "bootstrap", "MYCROFT_BOOTSTRAP"),
     "sinks": ("--bootstrap", "sinks", "bootstrap", "MYCROFT_BOOTSTRAP"),
-    "streams": ("--bootstrap", "streams", "bootstrap", None),
-    "replay": ("--kafka", "replay", "kafka", "MYCROFT_BOOTSTRAP"),
-    "simulate": ("--kafka", "", "", None),
+    "streams": ("--bootstrap", "streams", "bootstrap", "MYCROFT_BOOTSTRAP"),
+    "replay": ("--bootstrap", "replay", "bootstrap", "MYCROFT_BOOTSTRAP"),
+    "simulate": ("--bootstrap", "", "", None),
     "demo": ("--bootstrap", "", "", None),
+    "agent": ("--bootstrap", "agent", "bootstrap", "MYCROFT_BOOTSTRAP"),
 }
 """Command -> where its Kafka address comes from, in :mod:`mycroft.config`'s
 order: the flag, ``MYCROFT_<SECTION>__<FIELD>``, an older variable, the
@@ -93,6 +101,7 @@ class Failure:
     code: ExitCode
     message: str
     hint: str = ""
+    debug: str = ""  # the client library's own words, shown with --debug
 
     def lines(self, command: str) -> list[str]:
         """``mycroft COMMAND: message`` and the hint, if any."""
@@ -123,6 +132,8 @@ def broker_setting(command: str, argv: Sequence[str]) -> tuple[str | None, str]:
     )
     if (value := flag_value(argv, flag)) is not None:
         return value, flag
+    if (value := flag_value(argv, "--kafka")) is not None:
+        return value, "--kafka"  # replay's and simulate's older name of --bootstrap
     own = f"MYCROFT_{section.upper()}__{field.upper()}" if section else None
     for var in (own, older):
         if var and (value := os.environ.get(var)):
@@ -246,8 +257,101 @@ _RULES: list[_Rule] = [
 are ``OSError``)."""
 
 
+def _client_security(command: str, argv: Sequence[str]) -> Any:
+    """The command's Kafka security settings, None when they do not parse."""
+    from mycroft.kafka_security import env_prefixes, security_from_argv  # noqa: PLC0415
+
+    section = "" if command == "agent" else command  # the agent: MYCROFT_<KEY>
+    try:
+        return security_from_argv(argv, os.environ, env_prefixes(section))
+    except MycroftError:
+        return None
+
+
+def refusal_failure(exc: KafkaRefused, command: str, argv: Sequence[str]) -> Failure:
+    """What to say when the broker answered and turned the command away."""
+    address, _ = broker_setting(command, argv)
+    where = f"Kafka at {address}" if address else "Kafka"
+    sec = _client_security(command, argv)
+    named = sec is not None and sec.username
+    user = f"user {sec.username!r}" if named else "this client"
+    debug = f"librdkafka: {exc.code}: {exc.detail}"
+    if exc.refusal is Refusal.AUTHENTICATION:
+        mechanism = f" ({sec.mechanism})" if sec is not None and sec.sasl else ""
+        return Failure(
+            ExitCode.AUTHENTICATION,
+            f"{where} refused the SASL login of {user}{mechanism}",
+            "check the user name and password (--sasl-username, "
+            "--sasl-password-file, the security file) and --sasl-mechanism",
+            debug,
+        )
+    if exc.refusal is Refusal.TLS:
+        failure = _tls_failure(exc, where, sec, debug)
+        if command == "simulate":  # it has no security flags of its own
+            hint = (
+                "simulate publishes in plain text: write a trace (--out) and "
+                "publish it with mycroft replay and the security flags"
+            )
+            return dataclasses.replace(failure, hint=hint)
+        return failure
+    return _authorization_failure(exc, where, user, debug)
+
+
+def _tls_failure(exc: KafkaRefused, where: str, sec: Any, debug: str) -> Failure:
+    if exc.code == "PLAINTEXT_ON_TLS":
+        protocol = sec.protocol if sec is not None else "PLAINTEXT"
+        return Failure(
+            ExitCode.TLS,
+            f"{where} expects TLS; this client connects without it ({protocol})",
+            "set --security-protocol SASL_SSL (or SSL) and --ssl-ca-file "
+            "(infra/SECURITY.md)",
+            debug,
+        )
+    if "verify failed" in exc.detail or "certificate" in exc.detail:
+        has_ca = sec is not None and sec.ca_file
+        ca = sec.ca_file if has_ca else "the system trust store"
+        return Failure(
+            ExitCode.TLS,
+            f"cannot verify the TLS certificate of {where} against {ca}",
+            "check --ssl-ca-file: the PEM of the CA that signed the broker's "
+            "certificate (its SAN must name the address you connect to)",
+            debug,
+        )
+    return Failure(
+        ExitCode.TLS,
+        f"the TLS handshake with {where} failed",
+        "check --security-protocol (does that listener use TLS?) and --ssl-ca-file",
+        debug,
+    )
+
+
+def _authorization_failure(
+    exc: KafkaRefused, where: str, user: str, debug: str
+) -> Failure:
+    what = {
+        "TOPIC_AUTHORIZATION_FAILED": "a topic this command uses",
+        "GROUP_AUTHORIZATION_FAILED": "the consumer group this command uses",
+        "CLUSTER_AUTHORIZATION_FAILED": "a cluster operation (creating topics)",
+    }.get(exc.code, "what this command does")
+    hint = (
+        "use a group name its ACL grants (--group, --group-prefix), or grant it "
+        "(infra/SECURITY.md, infra/kafka_acls.py)"
+        if exc.code == "GROUP_AUTHORIZATION_FAILED"
+        else "run it as a user whose role allows it (infra/SECURITY.md), or "
+        "check --topic-prefix"
+    )
+    return Failure(
+        ExitCode.AUTHORIZATION,
+        f"{where} does not allow {user} {what} ({exc.code})",
+        hint,
+        debug,
+    )
+
+
 def explain(exc: BaseException, command: str = "", argv: Sequence[str] = ()) -> Failure:
     """The failure to report for ``exc``, raised by ``command`` run with ``argv``."""
+    if (found := _refusal_in(exc)) is not None:
+        return refusal_failure(found, command, argv)
     for kinds, failure in _RULES:
         if isinstance(exc, kinds):
             return failure(exc, command, argv)
@@ -256,3 +360,15 @@ def explain(exc: BaseException, command: str = "", argv: Sequence[str] = ()) -> 
         f"unexpected error: {type(exc).__name__}: {exc}",
         "rerun with --debug for the traceback, and report it",
     )
+
+
+def _refusal_in(exc: BaseException) -> KafkaRefused | None:
+    """The broker's refusal ``exc`` stands for or was raised from, if any."""
+    seen: BaseException | None = exc
+    for _ in range(4):  # the exception, then what it was raised from
+        if seen is None:
+            return None
+        if (found := refused_exception(seen)) is not None:
+            return found
+        seen = seen.__cause__ or seen.__context__
+    return None

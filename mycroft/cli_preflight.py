@@ -2,8 +2,10 @@
 
 A command pointed at a Kafka broker or an OpenSearch that does not answer
 fails here within seconds, with the address and the setting to change,
-instead of deep in a client library after its own timeouts. The node agent is
-never checked: it spools while Kafka is away.
+instead of deep in a client library after its own timeouts; one that answers
+and refuses the client (its credentials, its TLS settings) says so instead
+(:mod:`mycroft.kafka_diagnosis`). The node agent is checked only for such a
+refusal: it spools while Kafka is away.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from mycroft.cli_errors import (
     Failure,
     broker_setting,
     flag_value,
+    refusal_failure,
 )
-from mycroft.errors import BrokerError
 
 CHECK_TIMEOUT_S = 5.0
 KAFKA_COMMANDS = {
@@ -36,7 +38,8 @@ _HELP = {"-h", "--help"}
 
 
 def _kafka(command: str, argv: Sequence[str]) -> Failure | None:
-    from mycroft.infra._kafka_props import check_bootstrap  # noqa: PLC0415
+    from mycroft.infra._kafka_props import tcp_open  # noqa: PLC0415
+    from mycroft.kafka_diagnosis import probe  # noqa: PLC0415
 
     address, setting = broker_setting(command, argv)
     if not address:
@@ -44,27 +47,55 @@ def _kafka(command: str, argv: Sequence[str]) -> Failure | None:
     extra = _kafka_security(command, argv)
     if extra is None:
         return None  # invalid security settings: the command itself says so
-    try:
-        check_bootstrap(address, timeout_s=CHECK_TIMEOUT_S, extra=extra)
-    except BrokerError as exc:
-        answer = "nothing accepts connections" if "nothing" in str(exc) else str(exc)
-        return Failure(
-            ExitCode.UNAVAILABLE,
-            f"cannot reach Kafka at {address} ({answer})",
-            f"start a broker (mycroft broker start) or point {setting} at a "
-            "running one",
-        )
-    return None
+    answer = "nothing accepts connections"
+    host, _, port = address.split(",", maxsplit=1)[0].strip().rpartition(":")
+    if port.isdigit() and tcp_open(host.strip("[]"), int(port), CHECK_TIMEOUT_S):
+        answered, refused = probe(address, extra, timeout_s=CHECK_TIMEOUT_S)
+        if refused is not None:
+            return refusal_failure(refused, command, argv)
+        if answered:
+            return None
+        answer = f"no Kafka metadata within {CHECK_TIMEOUT_S:g} s"
+    return Failure(
+        ExitCode.UNAVAILABLE,
+        f"cannot reach Kafka at {address} ({answer})",
+        f"start a broker (mycroft broker start) or point {setting} at a running one",
+    )
+
+
+def _refusal(
+    command: str, argv: Sequence[str], address: str, extra: dict[str, str]
+) -> Failure | None:
+    """The failure to report when the broker that answers refused the
+    client (credentials, TLS), None when it is just away."""
+    from mycroft.infra._kafka_props import tcp_open  # noqa: PLC0415
+    from mycroft.kafka_diagnosis import probe  # noqa: PLC0415
+
+    host, _, port = address.split(",", maxsplit=1)[0].strip().rpartition(":")
+    if not port.isdigit() or not tcp_open(host.strip("[]"), int(port), 2.0):
+        return None  # away: not a refusal
+    _, found = probe(address, dict(extra), timeout_s=CHECK_TIMEOUT_S)
+    return refusal_failure(found, command, argv) if found is not None else None
+
+
+def _agent(argv: Sequence[str]) -> Failure | None:
+    """The agent spools while Kafka is away, but credentials or TLS settings
+    the broker refuses would keep it spooling for ever: those stop it."""
+    address, _ = broker_setting("agent", argv)
+    extra = _kafka_security("agent", argv) if address else None
+    if not address or not extra:
+        return None  # no broker, no security settings: nothing to refuse
+    return _refusal("agent", argv, address, extra)
 
 
 def _kafka_security(command: str, argv: Sequence[str]) -> dict[str, str] | None:
     """The command's TLS/SASL client settings (``--security-protocol`` ...)."""
     from mycroft.errors import ConfigError  # noqa: PLC0415
-    from mycroft.kafka_security import security_from_argv  # noqa: PLC0415
+    from mycroft.kafka_security import env_prefixes, security_from_argv  # noqa: PLC0415
 
-    prefix = "MYCROFT_STREAMS__" if command == "streams" else "MYCROFT_"
+    section = "" if command == "agent" else command  # the agent: MYCROFT_<KEY>
     try:
-        return security_from_argv(argv, os.environ, prefix).librdkafka()
+        return security_from_argv(argv, os.environ, env_prefixes(section)).librdkafka()
     except ConfigError:
         return None
 
@@ -106,4 +137,6 @@ def preflight(command: str, argv: Sequence[str]) -> Failure | None:
         return failure
     if command in KAFKA_COMMANDS:
         return _kafka(command, argv)
+    if command == "agent":
+        return _agent(argv)
     return None

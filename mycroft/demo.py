@@ -27,13 +27,13 @@ from typing import IO, Any
 
 from mycroft.cli_parser import mycroft_parser
 from mycroft.incident_console import Console
-from mycroft.incident_text import culprit_text
 from mycroft.kafka_client import DecodingConsumer, create_topics
 from mycroft.schemas.records import RootCause
 from mycroft.schemas.text import when
 from mycroft.streams.faust_settings import StreamSettings
 from mycroft.streams.worker_process import WorkerProcess
 from mycroft.topics import TopicSet
+from mycroft.verdict import headline
 
 MAX_ANOMALY_LINES = 6
 
@@ -124,9 +124,8 @@ def _summary(truth_path: Path, found: list[RootCause], start_ns: int) -> str:
     for rc in found:
         if not rc.culprits:
             continue
-        best = rc.culprits[0]
         lines.append(
-            f"  {rc.kind.value}: {culprit_text(best)}"
+            f"  {headline(rc)}"
             f" (detected {rc.detection_latency_s:.2f} s after onset, "
             f"root cause {rc.rca_latency_s:.2f} s later)"
         )
@@ -168,7 +167,7 @@ def run(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
         consumer = DecodingConsumer(
             bootstrap,
             f"demo-{uuid.uuid4().hex[:6]}",
-            [topics.anomaly, topics.rootcause],
+            [topics.anomaly, topics.rootcause, topics.topology],
             topics.deadletter,
         )
         stack.callback(consumer.close)

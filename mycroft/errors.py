@@ -6,6 +6,8 @@ configuration and failing infrastructure.
 
 from __future__ import annotations
 
+from enum import Enum
+
 
 class MycroftError(Exception):
     """Base of every error Mycroft raises on purpose."""
@@ -64,6 +66,30 @@ class DecodeError(MycroftError):
 
 class BrokerError(MycroftError):
     """The Kafka broker could not be fetched, started, reached or stopped."""
+
+
+class Refusal(Enum):
+    """Why a Kafka broker that answers turned a client away."""
+
+    AUTHENTICATION = "authentication"  # wrong SASL user, password or mechanism
+    TLS = "tls"  # CA not trusted, or TLS on one side only
+    AUTHORIZATION = "authorization"  # no ACL for the topic, group or cluster
+
+
+class KafkaRefused(BrokerError):
+    """The broker answered and refused the client: not an outage.
+
+    Attributes:
+        refusal: authentication, TLS or authorization.
+        code: the client library's error name (``TOPIC_AUTHORIZATION_FAILED``).
+        detail: the client library's own message (shown with ``--debug``).
+    """
+
+    def __init__(self, refusal: Refusal, code: str, detail: str) -> None:
+        super().__init__(f"{refusal.value} refused: {code}: {detail}")
+        self.refusal = refusal
+        self.code = code
+        self.detail = detail
 
 
 class SinkError(MycroftError):

@@ -128,7 +128,11 @@ class IncidentBook:
         return sorted(out, key=lambda i: (i.latest.detected_ns, i.incident_id))
 
     def find(self, key: str) -> list[Incident]:
-        """Incidents whose id is ``key``, or else contains it."""
+        """Incidents whose id is ``key``, or whose short id
+        (:func:`mycroft.verdict.short_id`) it is, or else whose id contains it."""
+        from mycroft.verdict import short_id  # noqa: PLC0415
+
         if key in self.incidents:
             return [self.incidents[key]]
-        return [inc for iid, inc in self.incidents.items() if key in iid]
+        short = [inc for iid, inc in self.incidents.items() if short_id(iid) == key]
+        return short or [inc for iid, inc in self.incidents.items() if key in iid]

@@ -1,7 +1,8 @@
 """One incident whole: the card ``mycroft incidents show`` prints, and its JSON.
 
-The card leads with the culprit (what is blamed, where it sits: host, GPU,
-NIC or link), then the component, fault kind and confidence, the other
+The card leads with the headline (what, where, how sure) and the next step
+(:mod:`mycroft.verdict`), then the culprit (what is blamed, where it sits:
+host, GPU, NIC or link), the component, fault kind and confidence, the other
 suspects, the evidence chain (upstream last), the latencies, the anomalies it
 explains and every revision. The JSON document holds the same, with times as
 Unix seconds (``*_s``) and ISO-8601 strings (``*_at``) and comm ids as numbers
@@ -18,6 +19,24 @@ from mycroft.incident_book import Incident, IncidentBook
 from mycroft.incident_text import anomaly_line, culprit_line, culprit_text, iso
 from mycroft.schemas.records import Anomaly, Culprit, Evidence, RootCause
 from mycroft.schemas.text import comm_hex
+from mycroft.verdict import (
+    Place,
+    Placement,
+    folded,
+    headline,
+    next_step,
+    unique,
+)
+
+
+def placement_of(book: IncidentBook, job_id: str) -> Placement:
+    """Where the ranks of ``job_id`` run, from the topology records read."""
+
+    def place(rank: int) -> Place | None:
+        found = book.placement(job_id, rank)
+        return None if found is None else Place(found[0], found[1].gpu, found[1].nic)
+
+    return place
 
 
 def _where(book: IncidentBook, job_id: str, c: Culprit) -> str:
@@ -45,11 +64,21 @@ def status(inc: Incident, now_ns: int, ttl_s: float) -> str:
 
 
 def card_lines(
-    book: IncidentBook, inc: Incident, now_ns: int, ttl_s: float
+    book: IncidentBook,
+    inc: Incident,
+    now_ns: int,
+    ttl_s: float,
+    verbose: bool = False,
 ) -> list[str]:
-    """The text card of one incident."""
+    """The text card of one incident: the headline and next step first
+    (:mod:`mycroft.verdict`), then the details; anomalies folded unless
+    ``verbose``."""
     rc = inc.latest
-    lines = [
+    placement = placement_of(book, rc.job_id)
+    lines = [headline(rc, placement)]
+    if rc.culprits:
+        lines.append(f"  next step    {next_step(rc.culprits[0], placement)}")
+    lines += [
         f"incident {rc.incident_id}",
         f"  job          {rc.job_id} ({status(inc, now_ns, ttl_s)})",
         f"  kind         {rc.kind.value}",
@@ -79,11 +108,12 @@ def card_lines(
         lines += [f"    {culprit_line(c)}" for c in rc.culprits[1:]]
     if rc.evidence:
         lines.append("  evidence (each step follows the wait to the next):")
-        lines += [f"    - {e.fact}" for e in rc.evidence]
+        lines += [f"    - {fact}" for fact in unique(e.fact for e in rc.evidence)]
     cited = book.cited(inc)
     if cited:
-        lines.append("  anomalies:")
-        lines += [f"    {anomaly_line(a)}" for a in cited]
+        lines.append(f"  anomalies ({len(cited)}):")
+        rows = [f"    {anomaly_line(a)}" for a in cited]
+        lines += folded(rows, verbose=verbose)
     lines.append(f"  revisions ({len(inc.revisions)}):")
     for r in inc.revisions:
         best_text = culprit_text(r.culprits[0]) if r.culprits else "no culprit"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import IO
 
 from mycroft.incident_book import Change, IncidentBook
-from mycroft.incident_card import anomaly_json, revision_json
+from mycroft.incident_card import anomaly_json, placement_of, revision_json
 from mycroft.incident_text import iso, live_lines
 from mycroft.schemas.records import Anomaly, Record, RootCause
 
@@ -127,7 +127,9 @@ class Console:
             }
             self._print(json.dumps(doc))
             return
-        self._print("\n".join(live_lines(rc, self._stamp(rc.resolved_ns), note)))
+        where = placement_of(self.book, rc.job_id)
+        lines = live_lines(rc, self._stamp(rc.resolved_ns), note, where)
+        self._print("\n".join(lines))
 
     def _print(self, text: str) -> None:
         print(text, file=self._out, flush=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from mycroft.schemas.records import Anomaly, Culprit, RootCause
 from mycroft.schemas.text import iso, when
+from mycroft.verdict import Placement, headline, next_step, nowhere, unique
 
 __all__ = [
     "LIVE_EVIDENCE",
@@ -64,35 +65,54 @@ def anomaly_line(a: Anomaly, start_ns: int | None = None) -> str:
 
 
 def incident_lines(
-    rc: RootCause, max_evidence: int = 8, start_ns: int | None = None
+    rc: RootCause,
+    max_evidence: int = 8,
+    start_ns: int | None = None,
+    placement: Placement = nowhere,
 ) -> list[str]:
-    """An incident's latest revision: headline, every culprit, the evidence."""
-    lines = [
-        f"incident {rc.incident_id} (rev {rc.revision}): {rc.kind.value} since "
+    """An incident's latest revision: the headline and next step
+    (:mod:`mycroft.verdict`), the incident and its times, every culprit, the
+    evidence (each line once)."""
+    lines = [headline(rc, placement)]
+    if rc.culprits:
+        lines.append(f"  next step: {next_step(rc.culprits[0], placement)}")
+    lines.append(
+        f"  incident {rc.incident_id} (rev {rc.revision}): {rc.kind.value} since "
         f"{when(rc.onset_ns, start_ns)}, detected {rc.detection_latency_s:.2f} s "
         f"after onset, root cause {rc.rca_latency_s:.2f} s later"
-    ]
+    )
     lines += [f"  {culprit_line(c)}" for c in rc.culprits]
-    lines += [f"    - {e.fact}" for e in rc.evidence[:max_evidence]]
+    facts = unique(e.fact for e in rc.evidence)
+    lines += [f"    - {fact}" for fact in facts[:max_evidence]]
+    if len(facts) > max_evidence:
+        lines.append(f"    ({len(facts) - max_evidence} more evidence lines)")
     return lines
 
 
-def live_lines(record: Anomaly | RootCause, stamp: str, change: str = "") -> list[str]:
+def live_lines(
+    record: Anomaly | RootCause,
+    stamp: str,
+    change: str = "",
+    placement: Placement = nowhere,
+) -> list[str]:
     """What a live console prints for one arriving record.
 
     ``stamp`` says when (:func:`when` of the record's time); ``change``
-    (``culprit was rank 3 on host-0``) follows a revision's headline. The
-    lines under a root cause line up after the stamp.
+    (``culprit was rank 3 on host-0``) follows a revision's headline
+    (:func:`mycroft.verdict.headline`), then the next step, the incident and
+    the evidence, each line once. The lines under a root cause line up after
+    the stamp.
     """
     if isinstance(record, Anomaly):
         return [f"  {stamp}  anomaly {detector_text(record)}: {record.summary}"]
-    head = f"  {stamp}  ROOT CAUSE rev {record.revision}: {record.kind.value}"
-    best = record.culprits[0] if record.culprits else None
-    if best is None:
-        return [head + " (no culprit)"]
     note = f" [{change}]" if change else ""
-    lines = [f"{head} -> {culprit_text(best)}{note}"]
+    head = f"  {stamp}  ROOT CAUSE rev {record.revision}: "
+    lines = [head + headline(record, placement) + note]
+    if not record.culprits:
+        return lines
     pad = " " * (len(stamp) + 4)
+    lines.append(f"{pad}next step: {next_step(record.culprits[0], placement)}")
     lines.append(f"{pad}incident {record.incident_id} of job {record.job_id}")
-    lines += [f"{pad}evidence: {e.fact}" for e in record.evidence[:LIVE_EVIDENCE]]
+    facts = unique(e.fact for e in record.evidence)
+    lines += [f"{pad}evidence: {fact}" for fact in facts[:LIVE_EVIDENCE]]
     return lines

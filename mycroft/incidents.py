@@ -1,8 +1,8 @@
 """mycroft incidents list|show|follow: the incidents Mycroft found, from Kafka.
 
 Reads the root-cause and anomaly topics (and, for show, the topology
-topic) with the project's decoding consumer, under a consumer group of its
-own that commits nothing.
+topic) whole, partitions assigned directly (:mod:`mycroft.topic_reader`): no
+consumer group to join, nothing committed, an answer in well under 2 s.
 
 * list: open incidents and those revised in the last --since seconds,
   of one job (--job) or all jobs, oldest first.
@@ -11,6 +11,9 @@ own that commits nothing.
   anomaly as it arrives (the demo prints through the same code). What was on
   the topics before it started is read silently first (--from-beginning
   prints it too). Ctrl-C stops it.
+
+A reader whose output goes away (``mycroft incidents list | head -1``) stops
+quietly, as any Unix filter does.
 
 --json prints JSON instead: one document for list and show, one
 JSON object per line for follow. An incident is open while its latest
@@ -25,13 +28,11 @@ import os
 import signal
 import sys
 import time
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
 from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
@@ -48,16 +49,17 @@ from mycroft.errors import BrokerError, ConfigError, InputError
 from mycroft.incident_book import DEFAULT_TTL_S, IncidentBook
 from mycroft.incident_card import card_lines, incident_json, summary_json
 from mycroft.incident_console import Console
-from mycroft.kafka_client import DecodingConsumer
-from mycroft.kafka_logging import client_logger
 from mycroft.kafka_security import (
     PLAINTEXT,
     KafkaSecurity,
+    env_prefixes,
     security_from,
     split_security,
 )
 from mycroft.kafka_security import add_flags as add_security_flags
+from mycroft.schemas.records import Record
 from mycroft.stop_signal import Stopper, StopSignal
+from mycroft.topic_reader import TopicReader
 from mycroft.topics import TopicSet
 
 BOOTSTRAP_HINT = "--bootstrap HOST:PORT or MYCROFT_BOOTSTRAP"
@@ -73,95 +75,87 @@ class Source:
     extra: dict[str, str] = field(default_factory=dict)  # TLS/SASL settings
     group_prefix: str = "mycroft-incidents"
 
-    def consumer(self, names: list[str]) -> DecodingConsumer:
-        """A consumer of ``names`` from their beginning, in a group of its own.
+    def reader(self, names: list[str]) -> TopicReader:
+        """A reader of ``names`` from their beginning, with no consumer group.
 
         Read-only: a reader never dead-letters (the worker and the sinks did,
         once), so a subscriber credential that may only read the root-cause
         topic can run it.
-        """
-        return DecodingConsumer(
-            self.bootstrap,
-            f"{self.group_prefix}-{uuid.uuid4().hex[:12]}",
-            names,
-            None,
-            auto_commit=False,
-            extra=dict(self.extra),
-        )
-
-    def existing(self, names: list[str]) -> list[str]:
-        """Those of ``names`` the broker has.
 
         Raises:
+            KafkaRefused: the broker refused the client (credentials, ACLs).
             BrokerError: the broker gave no metadata within ``timeout_s``.
         """
-        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap, **self.extra}
-        admin = AdminClient(config | {"logger": client_logger()})
         try:
-            meta = admin.list_topics(timeout=min(self.timeout_s, 10.0))
+            return TopicReader(
+                self.bootstrap, names, extra=dict(self.extra),
+                timeout_s=min(self.timeout_s, 10.0), group_prefix=self.group_prefix,
+            )  # fmt: skip
         except KafkaException as exc:
             raise BrokerError(
                 f"Kafka at {self.bootstrap} did not answer ({exc.args[0].str()}); "
                 f"check {BOOTSTRAP_HINT}"
             ) from exc
-        return [n for n in names if n in meta.topics]
 
 
 def catch_up(
-    source: Source, consumer: DecodingConsumer, book: IncidentBook, names: list[str]
+    source: Source, reader: TopicReader, take: Callable[[Record], object]
 ) -> None:
-    """Poll ``consumer`` into ``book`` until it read every partition to its end.
+    """Poll ``reader`` into ``take`` until it read every partition to the end
+    it had when the reader started.
 
     Raises:
         BrokerError: that took longer than the source's timeout.
     """
     deadline = time.monotonic() + source.timeout_s
-    while not consumer.caught_up():
+    while not reader.caught_up():
         if time.monotonic() > deadline:
             raise BrokerError(
-                f"Kafka at {source.bootstrap} did not hand out {', '.join(names)} "
-                f"within {source.timeout_s:.0f} s; check {BOOTSTRAP_HINT}"
+                f"Kafka at {source.bootstrap} did not hand out "
+                f"{', '.join(reader.topics)} within {source.timeout_s:.0f} s; "
+                f"check {BOOTSTRAP_HINT}"
             )
-        for _, record in consumer.poll(timeout_s=0.2):
-            book.add(record)
+        for _, record in reader.poll(timeout_s=0.2, max_records=2000):
+            take(record)
 
 
 def read_book(source: Source, names: list[str]) -> IncidentBook:
     """Everything on the topics ``names`` now, as a book."""
     book = IncidentBook()
-    present = source.existing(names)
-    if not present:
-        return book
-    consumer = source.consumer(present)
+    reader = source.reader(names)
     try:
-        catch_up(source, consumer, book, present)
+        catch_up(source, reader, book.add)
     finally:
-        consumer.close()
+        reader.close()
     return book
 
 
 def follow(
     source: Source, console: Console, stop: Stopper, *, from_beginning: bool = False
 ) -> None:
-    """Print what arrives on the topics until ``stop`` is set."""
-    names = [source.topics.anomaly, source.topics.rootcause]
-    consumer = source.consumer(names)
+    """Print what arrives on the topics until ``stop`` is set; with
+    ``from_beginning``, print what is on them already first."""
+    topics = source.topics
+    reader = source.reader([topics.anomaly, topics.rootcause, topics.topology])
     try:
-        if source.existing(names) == names:
-            if from_beginning:
-                console.start()
-            catch_up(source, consumer, console.book, names)
+        if from_beginning:
+            console.start()
+        catch_up(source, reader, console.show)
         console.status(
             f"following incidents on Kafka at {source.bootstrap} "
             f"({source.topics.rootcause}); Ctrl-C to stop"
         )
         console.start()
         with BrokerWatch(source.bootstrap, "following resumes once it answers"):
+            looked = time.monotonic()
             while not stop.is_set():
-                for _, record in consumer.poll(timeout_s=0.3):
+                for _, record in reader.poll(timeout_s=0.3):
                     console.show(record)
+                if reader.missing and time.monotonic() - looked > 1.0:
+                    looked = time.monotonic()  # topics created after the start
+                    reader.take_new_topics()
     finally:
-        consumer.close()
+        reader.close()
 
 
 DESCRIPTION = (
@@ -256,6 +250,7 @@ class Request:
     report: str = ""
     from_beginning: bool = False
     anomalies: bool = True
+    verbose: bool = False
 
 
 def load_settings(
@@ -272,7 +267,7 @@ def load_settings(
     file_security, file_values = split_security(
         read_section(path, "incidents") if path else {}
     )
-    security = security_from(flags, env, "MYCROFT_", file_security)
+    security = security_from(flags, env, env_prefixes("incidents"), file_security)
     return load(
         IncidentsSettings,
         "incidents",
@@ -299,7 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     add_config_flag(common)
     add_flags(common, IncidentsSettings, "incidents")
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    add_security_flags(common, "MYCROFT_")
+    add_security_flags(common, env_prefixes("incidents"))
     p = mycroft_parser("incidents", DESCRIPTION)
     sub = p.add_subparsers(dest="action", required=True)
     ls = sub.add_parser(
@@ -325,6 +320,9 @@ def _parser() -> argparse.ArgumentParser:
         "component, fault, confidence, evidence, latencies, anomalies, revisions.",
     )
     show.add_argument("incident", metavar="ID", help="incident id, or a unique part")
+    show.add_argument(
+        "--verbose", action="store_true", help="every anomaly (default: the first 3)"
+    )
     show.add_argument(
         "--report",
         metavar="DIR",
@@ -399,7 +397,8 @@ def _show(s: IncidentsSettings, req: Request, out: IO[str]) -> int:
         print(json.dumps(incident_json(book, found[0], now, s.ttl), indent=2),
               file=out)  # fmt: skip
     else:
-        print("\n".join(card_lines(book, found[0], now, s.ttl)), file=out)
+        lines = card_lines(book, found[0], now, s.ttl, verbose=req.verbose)
+        print("\n".join(lines), file=out)
     if req.report:
         from mycroft.report.from_topics import write_from_topics  # noqa: PLC0415
 
@@ -446,6 +445,7 @@ def _request(args: argparse.Namespace) -> Request:
         report=getattr(args, "report", None) or "",
         from_beginning=getattr(args, "from_beginning", False),
         anomalies=not getattr(args, "no_anomalies", False),
+        verbose=getattr(args, "verbose", False),
     )
 
 

@@ -18,7 +18,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from mycroft.errors import BrokerError, DecodeError
+from mycroft import dead_letters
+from mycroft.errors import BrokerError, DecodeError, KafkaRefused
+from mycroft.kafka_diagnosis import refused
 from mycroft.kafka_logging import client_logger
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import Record, Topology
@@ -26,7 +28,7 @@ from mycroft.topics import TopicSet, partition_for
 
 log = logging.getLogger(__name__)
 
-DLQ_HEADERS = ("mycroft.dlq.reason", "mycroft.dlq.detail", "mycroft.dlq.source")
+DLQ_HEADERS = (dead_letters.REASON, dead_letters.DETAIL, dead_letters.SOURCE)
 
 
 def producer_config(
@@ -126,6 +128,7 @@ class DeliveryStats:
     delivered: int = 0
     failed: int = 0
     last_error: str = ""
+    refused: KafkaRefused | None = None  # the first refusal (an ACL, credentials)
     failures: list[tuple[str, bytes]] = field(default_factory=list)
 
 
@@ -164,7 +167,10 @@ class RecordPublisher:
                 return
             self.stats.failed += 1
             self.stats.last_error = err.str()
-            log.warning("delivery to %s failed: %s", topic, err.str())
+            refusal = refused(err)
+            if refusal is None or self.stats.refused is None:
+                log.warning("delivery to %s failed: %s", topic, err.str())
+            self.stats.refused = self.stats.refused or refusal  # the first, once
             if self._on_failure is not None:
                 self._on_failure(topic, key.encode(), value)
 
@@ -196,17 +202,10 @@ class RecordPublisher:
         return int(self._producer.flush(timeout_s))
 
 
-def deadletter_headers(
-    err: DecodeError, source: str
-) -> list[tuple[str, str | bytes | None]]:
-    """Headers of a dead-letter record: reason, detail, and where it came from."""
-    return list(
-        zip(
-            DLQ_HEADERS,
-            (err.reason.encode(), err.detail.encode(), source.encode()),
-            strict=True,
-        )
-    )
+def deadletter_headers(err: DecodeError, source: str) -> dead_letters.Headers:
+    """Headers of a dead-letter record: reason, detail (cut to 4 KiB), and
+    where it came from; :func:`mycroft.dead_letters.fit` adds the size."""
+    return dead_letters.headers_of(err.reason, err.detail, source)
 
 
 @dataclass
@@ -280,6 +279,8 @@ class DecodingConsumer:
         for msg in self._consumer.consume(max_records, timeout_s):
             error = msg.error()
             if error is not None:
+                if (refusal := refused(error)) is not None:
+                    raise refusal  # an ACL refuses the topic or the group
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error: %s", error.str())
                 continue
@@ -319,12 +320,11 @@ class DecodingConsumer:
         log.warning("%s; sent to %s", err, self._dlq_topic)
         self.stats.dead_lettered += 1
         source = f"{err.topic}[{err.partition}]@{err.offset}"
-        self._dlq.produce(
-            self._dlq_topic,
-            msg.value(),
-            msg.key(),
-            headers=deadletter_headers(err, source),
+        value, headers = dead_letters.fit(
+            msg.value(), msg.key(), deadletter_headers(err, source)
         )
+        sent: list[tuple[str, str | bytes | None]] = list(headers)
+        self._dlq.produce(self._dlq_topic, value, msg.key(), headers=sent)
         self._dlq.poll(0)
 
     def commit(self, *, asynchronous: bool = False, flush_s: float = 10.0) -> None:

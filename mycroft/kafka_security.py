@@ -170,16 +170,31 @@ PLAINTEXT = KafkaSecurity()
 """No TLS, no authentication: what every command uses unless told otherwise."""
 
 
-def add_flags(parser: argparse.ArgumentParser, env_prefix: str) -> None:
-    """Add the security flags of :data:`FLAGS`, each naming its variable."""
+def env_prefixes(section: str) -> tuple[str, ...]:
+    """The prefixes of the security variables of a command whose settings
+    are ``section`` (its name: ``sinks``, ``streams``), in the order they are
+    read: ``MYCROFT_<SECTION>__``, the form of every other setting, then
+    ``MYCROFT_``, shared by every command."""
+    return (f"MYCROFT_{section.upper()}__", "MYCROFT_") if section else ("MYCROFT_",)
+
+
+def _prefixes(env_prefix: str | Sequence[str]) -> tuple[str, ...]:
+    return (env_prefix,) if isinstance(env_prefix, str) else tuple(env_prefix)
+
+
+def add_flags(parser: argparse.ArgumentParser, env_prefix: str | Sequence[str]) -> None:
+    """Add the security flags of :data:`FLAGS`, each naming its variables."""
+    prefixes = _prefixes(env_prefix)
     group = parser.add_argument_group(
         "Kafka security",
-        f"each flag has a {env_prefix}<NAME> variable; the password comes from "
-        f"--sasl-password-file, {env_prefix}SASL_PASSWORD or the security file, "
-        "never from a flag",
-    )
+        f"each flag has a {prefixes[0]}<NAME> variable"
+        + (f" (or {prefixes[1]}<NAME>, shared by every command)"
+           if len(prefixes) > 1 else "")
+        + f"; the password comes from --sasl-password-file, {prefixes[0]}"
+        "SASL_PASSWORD or the security file, never from a flag",
+    )  # fmt: skip
     for name, doc in FLAGS:
-        var = env_prefix + name.replace("-", "_").upper()
+        var = prefixes[0] + name.replace("-", "_").upper()
         group.add_argument(f"--{name}", default=None, help=f"{doc} (env {var})")
 
 
@@ -234,7 +249,7 @@ def split_security(table: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, 
 def security_from(
     flags: Mapping[str, str | None],
     env: Mapping[str, str],
-    env_prefix: str,
+    env_prefix: str | Sequence[str],
     file_values: Mapping[str, str] | None = None,
 ) -> KafkaSecurity:
     """Merge the file < the environment < the flags into one :class:`KafkaSecurity`.
@@ -242,14 +257,21 @@ def security_from(
     Args:
         flags: parsed flags by key of :data:`KEYS` (None: not given).
         env: the environment; ``<env_prefix><KEY>`` variables are read.
-        env_prefix: ``MYCROFT_`` (agent, sinks) or ``MYCROFT_STREAMS__``.
+        env_prefix: the prefix of the variables, or prefixes in the order
+            they are read (the first that sets a key wins): a command's
+            :func:`env_prefixes`.
         file_values: settings from a file the command already reads (the
             agent's ``--config``); a ``kafka_security_file`` is read too.
 
     Raises:
         ConfigError: a file is unreadable or the merged settings are invalid.
     """
-    env_values = {key: env.get(env_prefix + key.upper()) for key in KEYS}
+    prefixes = _prefixes(env_prefix)
+    env_values = {
+        key: next((env[p + key.upper()] for p in prefixes if p + key.upper() in env),
+                  None)
+        for key in KEYS
+    }  # fmt: skip
     path = flags.get("kafka_security_file") or env_values.get("kafka_security_file")
     if not path and file_values:
         path = file_values.get("kafka_security_file")
@@ -271,7 +293,7 @@ def security_from(
 
 
 def security_from_argv(
-    argv: Sequence[str], env: Mapping[str, str], env_prefix: str
+    argv: Sequence[str], env: Mapping[str, str], env_prefix: str | Sequence[str]
 ) -> KafkaSecurity:
     """:func:`security_from` for a command line of which only the security
     flags matter (checks made before the command parses its own)."""

@@ -1,4 +1,4 @@
-"""``mycroft replay FILE --kafka BOOTSTRAP``: publish a recorded trace file to Kafka.
+"""``mycroft replay FILE --bootstrap HOST:PORT``: publish a trace file to Kafka.
 
 Values are sent byte for byte (their dedup keys unchanged), partitioned by
 job. ``--speed 1`` keeps the recorded pacing; the default sends at once. For
@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mycroft.broker_watch import PRODUCING, BrokerWatch
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
 from mycroft.errors import ConfigError
 from mycroft.kafka_client import RecordPublisher, create_topics
+from mycroft.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    env_prefixes,
+    security_from,
+)
+from mycroft.kafka_security import add_flags as add_security_flags
 from mycroft.logs import setup_logging
 from mycroft.producers.tracefile import read_frames
 from mycroft.topics import TopicSet
@@ -39,9 +48,9 @@ class ReplaySettings:
     """What ``mycroft replay`` needs; built once in :func:`main`."""
 
     file: Path
-    kafka: str = setting(
-        doc="Kafka bootstrap servers",
-        env=("MYCROFT_BOOTSTRAP",),
+    bootstrap: str = setting(
+        doc="Kafka bootstrap servers (--kafka: its older name)",
+        env=("MYCROFT_BOOTSTRAP", "MYCROFT_REPLAY__KAFKA"),
         metavar="HOST:PORT",
     )
     topic_prefix: str = setting("", "topic name prefix")
@@ -51,6 +60,7 @@ class ReplaySettings:
     kafka_option: tuple[str, ...] = setting(
         (), "librdkafka setting (repeatable)", metavar="KEY=VALUE"
     )
+    security: KafkaSecurity = PLAINTEXT
 
     def __post_init__(self) -> None:
         if self.speed < 0:
@@ -59,9 +69,11 @@ class ReplaySettings:
             if "=" not in opt:
                 raise ConfigError(f"--kafka-option {opt!r} needs KEY=VALUE")
 
-    def kafka_config(self) -> dict[str, str]:
-        """The ``--kafka-option`` settings as librdkafka's dict."""
-        return dict(opt.partition("=")[::2] for opt in self.kafka_option)
+    def kafka_config(self) -> dict[str, Any]:
+        """The security and ``--kafka-option`` settings as librdkafka's dict
+        (an option wins over a security flag)."""
+        options = dict(opt.partition("=")[::2] for opt in self.kafka_option)
+        return self.security.librdkafka() | options
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="trace file (.trace or .trace.gz)")
     add_config_flag(p)
     add_flags(p, ReplaySettings, "replay")
+    p.add_argument(
+        "--kafka",
+        dest="kafka_alias",
+        metavar="HOST:PORT",
+        default=argparse.SUPPRESS,
+        help="deprecated: --bootstrap",
+    )
+    add_security_flags(p, env_prefixes("replay"))
     return p
 
 
@@ -78,10 +98,16 @@ def load_settings(
     """Parse ``argv`` and merge it over the environment and the config file.
 
     Raises:
-        ConfigError: ``--kafka`` missing, or a value that does not hold.
+        ConfigError: ``--bootstrap`` missing, or a value that does not hold.
     """
+    env = os.environ if env is None else env
     flags = vars(_parser().parse_args(list(argv)))
-    return load(ReplaySettings, "replay", flags, env, extra={"file": flags["file"]})
+    if "kafka_alias" in flags:
+        print("mycroft replay: --kafka is deprecated; use --bootstrap", file=sys.stderr)
+        flags.setdefault("bootstrap", flags.pop("kafka_alias"))
+    security = security_from(flags, env, env_prefixes("replay"))
+    extra = {"file": flags["file"], "security": security}
+    return load(ReplaySettings, "replay", flags, env, extra=extra)
 
 
 def replay(path: Path, publisher: RecordPublisher, speed: float = 0.0) -> int:
@@ -115,15 +141,17 @@ def run(s: ReplaySettings) -> int:
     topics = TopicSet(s.topic_prefix, s.partitions or None)
     try:
         if s.create_topics:
-            create_topics(s.kafka, topics, extra=extra)
-        publisher = RecordPublisher(s.kafka, topics, extra=extra)
-        with BrokerWatch(s.kafka, PRODUCING):
+            create_topics(s.bootstrap, topics, extra=extra)
+        publisher = RecordPublisher(s.bootstrap, topics, extra=extra)
+        with BrokerWatch(s.bootstrap, PRODUCING):
             n = replay(s.file, publisher, s.speed)
     except ConfigError as exc:
         print(f"mycroft replay: {exc}", file=sys.stderr)
         return 2
     left = publisher.flush(60.0)
     st = publisher.stats
+    if st.refused is not None:
+        raise st.refused  # an ACL or the credentials: not worth a retry
     log.info(
         "replayed %d records: %d delivered, %d failed, %d unconfirmed",
         n,

@@ -110,38 +110,57 @@ class TraceFileWriter:
 def read_frames(path: Path | str) -> Iterator[Frame]:
     """Yield the frames of a trace file in order.
 
+    A trace cut short (its recorder died with the job) is read up to its
+    last whole frame, with a warning naming the cut: plain or gzip alike.
+
     Raises:
-        InputError: the file is not a Mycroft trace (a ConfigError).
+        InputError: the file is not a Mycroft trace (a ConfigError), or it
+            was cut before its first whole frame.
     """
     path = Path(path)
+    read = 0
     with _open(path, "r") as fh:
-        if fh.read(len(MAGIC)) != MAGIC:
-            raise InputError(f"{path} is not a Mycroft trace file (bad magic)")
-        while True:
-            size_bytes = fh.read(4)
-            if not size_bytes:
-                return
-            if len(size_bytes) < 4:
-                log.warning("%s: truncated frame header at the end, ignored", path)
-                return
-            (size,) = struct.unpack("<I", size_bytes)
-            body = fh.read(size)
-            if len(body) < size or size < _FRAME.size:
-                log.warning(
-                    "%s: truncated last frame (%d of %d bytes), ignored",
-                    path,
-                    len(body),
-                    size,
-                )
-                return
-            ts_ns, code, key_len = _FRAME.unpack_from(body)
-            key_end = _FRAME.size + key_len
-            yield Frame(
-                ts_ns,
-                RECORD_TYPES[code],
-                body[_FRAME.size : key_end].decode("utf-8"),
-                body[key_end:],
+        try:
+            if fh.read(len(MAGIC)) != MAGIC:
+                raise InputError(f"{path} is not a Mycroft trace file (bad magic)")
+            for frame in _frames(fh, path):
+                read += 1
+                yield frame
+        except EOFError as exc:  # a gzip stream without its end
+            if not read:
+                raise InputError(
+                    f"{path} is cut short before its first record ({exc})"
+                ) from exc
+            log.warning("%s: compressed stream cut short, the rest ignored", path)
+
+
+def _frames(fh: BinaryIO, path: Path) -> Iterator[Frame]:
+    """The frames after the magic, up to the end or the first cut frame."""
+    while True:
+        size_bytes = fh.read(4)
+        if not size_bytes:
+            return
+        if len(size_bytes) < 4:
+            log.warning("%s: truncated frame header at the end, ignored", path)
+            return
+        (size,) = struct.unpack("<I", size_bytes)
+        body = fh.read(size)
+        if len(body) < size or size < _FRAME.size:
+            log.warning(
+                "%s: truncated last frame (%d of %d bytes), ignored",
+                path,
+                len(body),
+                size,
             )
+            return
+        ts_ns, code, key_len = _FRAME.unpack_from(body)
+        key_end = _FRAME.size + key_len
+        yield Frame(
+            ts_ns,
+            RECORD_TYPES[code],
+            body[_FRAME.size : key_end].decode("utf-8"),
+            body[key_end:],
+        )
 
 
 def read_records(

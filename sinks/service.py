@@ -35,8 +35,13 @@ from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting
-from mycroft.errors import ConfigError, MycroftError, SinkError
-from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
+from mycroft.errors import ConfigError, KafkaRefused, MycroftError, SinkError
+from mycroft.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    env_prefixes,
+    security_from,
+)
 from mycroft.kafka_security import add_flags as add_security_flags
 from mycroft.logs import setup_logging
 from mycroft.schemas.records import Anomaly, Heartbeat, RootCause
@@ -258,7 +263,7 @@ def _parser() -> argparse.ArgumentParser:
     p = mycroft_parser("sinks", DESCRIPTION)
     add_config_flag(p)
     add_flags(p, SinksSettings, "sinks")
-    add_security_flags(p, "MYCROFT_")
+    add_security_flags(p, env_prefixes("sinks"))
     return p
 
 
@@ -272,7 +277,7 @@ def load_settings(
     """
     env = os.environ if env is None else env
     flags = vars(_parser().parse_args(list(argv)))
-    security = security_from(flags, env, "MYCROFT_")
+    security = security_from(flags, env, env_prefixes("sinks"))
     return load(SinksSettings, "sinks", flags, env, extra={"security": security})
 
 
@@ -295,8 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop.install()
     try:
         code = run(settings, stop)
-    except ConfigError:
-        raise  # flags that do not combine: the mycroft command's usage error
+    except (ConfigError, KafkaRefused):
+        raise  # flags that do not combine, a refusal: the mycroft command's words
     except MycroftError as exc:
         logger.error("mycroft sinks: %s", exc)
         return 1

@@ -20,6 +20,7 @@ printed), 3 when one does; bad usage and unreadable input exit as every
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -31,10 +32,11 @@ from mycroft.cli_parser import mycroft_parser
 from mycroft.incident_card import anomaly_json, culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines, iso
 from mycroft.producers.tracefile import read_records
-from mycroft.schemas.records import Anomaly, Record, RootCause
+from mycroft.schemas.records import Anomaly, Record, RootCause, Topology
 from mycroft.streams.core.config import DetectorConfig, with_overrides
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.event_time import EventTimeConfig, on_grid
+from mycroft.verdict import Place, folded
 
 _CADENCE_NS = 100_000_000
 _MAX_GAP_NS = EventTimeConfig().max_gap_ns
@@ -180,16 +182,47 @@ def to_json(
     return doc
 
 
+Places = dict[tuple[str, int], Place]
+"""(job id, rank) -> where the rank runs, from the traces' topology records."""
+
+
+def _place(places: Places, rec: Record) -> None:
+    if isinstance(rec, Topology):
+        for r in rec.ranks:
+            places[(rec.job_id, r.rank)] = Place(rec.host, r.gpu, r.nic)
+
+
+def _placed(places: Places, job_id: str, rank: int) -> Place | None:
+    return places.get((job_id, rank))
+
+
 def _print_human(
-    anomalies: list[Anomaly], causes: dict[str, RootCause], start_ns: dict[str, int]
+    anomalies: list[Anomaly],
+    causes: dict[str, RootCause],
+    start_ns: dict[str, int],
+    places: Places | None = None,
+    verbose: bool = False,
 ) -> None:
-    for a in anomalies:
-        print(anomaly_line(a, start_ns.get(a.job_id)))
+    """The verdicts first (headline, next step, evidence), then the
+    anomalies, folded unless ``verbose``."""
+    where = places or {}
     for rc in sorted(causes.values(), key=lambda c: c.detected_ns):
+        lines = incident_lines(
+            rc, start_ns=start_ns.get(rc.job_id),
+            placement=functools.partial(_placed, where, rc.job_id),
+            max_evidence=100 if verbose else 8,
+        )  # fmt: skip
+        print("\n".join(lines))
         print()
-        print("\n".join(incident_lines(rc, start_ns=start_ns.get(rc.job_id))))
     if not anomalies:
         print("no anomalies")
+        return
+    if not causes:
+        print(f"no root cause named; {len(anomalies)} anomalies:")
+    else:
+        print(f"anomalies ({len(anomalies)}):")
+    rows = [f"  {anomaly_line(a, start_ns.get(a.job_id))}" for a in anomalies]
+    print("\n".join(folded(rows, verbose=verbose)))
 
 
 def exit_code(causes: dict[str, RootCause]) -> int:
@@ -213,6 +246,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "paths", nargs="*", help="trace files (.trace; .trace.gz compressed)"
     )
     ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print every anomaly and evidence line (default: the first few)",
+    )
     ap.add_argument(
         "--flight-recorder",
         metavar="DIR",
@@ -257,9 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     reports: list[report.IncidentData] = []
     first: dict[str, int] = {}
     starts: dict[str, int] = {}
+    places: Places = {}
     for path in args.paths:
         rp = Replay(config)
         for ts_ns, rec in read_records(path):
+            _place(places, rec)
             rp.feed(ts_ns, rec)
         a, c = rp.finish()
         if args.report:  # a second pass: the figures read the records again
@@ -274,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump(to_json(anomalies, causes, first, starts), sys.stdout, indent=2)
         print()
     else:
-        _print_human(anomalies, causes, starts)
+        _print_human(anomalies, causes, starts, places, args.verbose)
     if args.report:
         page = report.write(args.report, reports, anomalies)
         sys.stdout.flush()

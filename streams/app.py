@@ -34,6 +34,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
+from mycroft import dead_letters
 from mycroft.broker_watch import BrokerWatch
 from mycroft.cli_errors import ExitCode
 from mycroft.errors import ConfigError, DecodeError
@@ -211,6 +212,7 @@ def faust_config(settings: StreamSettings) -> dict[str, Any]:
         "topic_replication_factor": 1,
         "web_enabled": settings.web_enabled,
         "web_port": settings.web_port or 6066,
+        "web_bind": settings.web_address,
         "datadir": str(settings.data_path),
         "broker_commit_every": _NEVER,
         "broker_commit_interval": float(_NEVER),
@@ -400,10 +402,10 @@ class Pipeline:
             self.metrics.invalid.labels(r.reason.value, host_label(r, gate)).inc()
             err = as_decode_error(r, job)
             self.counts[f"invalid.{err.reason}"] += 1
-            await self.deadletter.send(
-                key=job.encode(),
-                value=dead_letter_value(r, self.codec),
-                headers=_bytes_headers(deadletter_headers(err, f"{job}/{r.host}")),
+            await self.send_dead_letter(
+                job.encode(),
+                dead_letter_value(r, self.codec),
+                deadletter_headers(err, f"{job}/{r.host}"),
             )
         for host in gate.newly_flagged:
             self.metrics.flagged.labels(job, host).set(1)
@@ -479,11 +481,20 @@ class Pipeline:
         self.counts[f"dead_lettered.{err.reason}"] += 1
         log.warning("%s; sent to %s", err, self.topics.deadletter)
         source = f"{err.topic}[{err.partition}]@{err.offset}"
-        await self.deadletter.send(
-            key=msg.key,
-            value=msg.value,
-            headers=_bytes_headers(deadletter_headers(err, source)),
-        )
+        await self.send_dead_letter(msg.key, msg.value, deadletter_headers(err, source))
+
+    async def send_dead_letter(
+        self, key: bytes | None, value: bytes | None, headers: dead_letters.Headers
+    ) -> None:
+        """Send one dead letter, cut to fit (``mycroft/dead_letters.py``); a
+        send that fails anyway is logged and counted, never raised: the bad
+        record must not take the agent down."""
+        data, fitted = dead_letters.fit(value, key, headers)
+        try:
+            await self.deadletter.send(key=key, value=data, headers=fitted)
+        except Exception:  # the dead-letter topic refused it; keep consuming
+            self.counts["dead_letter_failed"] += 1
+            log.exception("dead letter (%d bytes) not sent", len(value or b""))
 
     async def on_tick(self, partition: int) -> None:
         """Evaluate the jobs of ``partition``; snapshot + commit when due."""
@@ -662,12 +673,6 @@ class Pipeline:
         self.read_s = {k: v for k, v in self.read_s.items() if k[1] not in parts}
 
 
-def _bytes_headers(
-    headers: Sequence[tuple[str, str | bytes | None]],
-) -> list[tuple[str, bytes]]:
-    return [(k, v.encode() if isinstance(v, str) else v or b"") for k, v in headers]
-
-
 def build_app(
     settings: StreamSettings, factory: EngineFactory | None = None
 ) -> tuple[faust.App, Pipeline]:
@@ -698,7 +703,15 @@ def build_app(
     @app.agent(pipe.source, name="mycroft-ingest")
     async def ingest(stream: Any) -> None:
         async for event in stream.events():
-            await pipe.handle(event)
+            try:
+                await pipe.handle(event)
+            except Exception:  # one bad record must not restart the agent
+                pipe.counts["handle_failed"] += 1
+                msg = event.message
+                log.exception(
+                    "record %s[%d]@%d failed; skipped",
+                    msg.topic, msg.partition, msg.offset,
+                )  # fmt: skip
 
     @app.timer(interval=settings.evaluate_interval_s, name="mycroft-tick")  # type: ignore[untyped-decorator]  # faust's timer decorator is untyped
     async def tick() -> None:
@@ -764,7 +777,7 @@ def run_worker(settings: StreamSettings, factory: EngineFactory | None = None) -
         app = build_split_app(settings, faust_config(settings))
     else:
         app, pipe = build_app(settings, factory)
-        pipe.metrics.serve(settings.metrics_port)
+        pipe.metrics.serve(settings.metrics_port, settings.metrics_address)
     worker = Worker(app, loglevel=settings.loglevel, quiet=True)
     watch = BrokerWatch(
         settings.bootstrap,

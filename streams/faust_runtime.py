@@ -35,7 +35,7 @@ from mycroft.streams.snapshot_pickle import SIZING
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 23  # 23: TransferTimes.onsets (22: per-group event clock)
+SNAPSHOT_VERSION = 24  # 24: flow ready-wait (23: TransferTimes.onsets)
 MAX_ANOMALY_IDS = 2048
 
 

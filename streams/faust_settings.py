@@ -18,7 +18,12 @@ from pathlib import Path
 from mycroft.cli_parser import mycroft_parser
 from mycroft.config import add_config_flag, add_flags, load, setting, state_dir
 from mycroft.errors import ConfigError
-from mycroft.kafka_security import PLAINTEXT, KafkaSecurity, security_from
+from mycroft.kafka_security import (
+    PLAINTEXT,
+    KafkaSecurity,
+    env_prefixes,
+    security_from,
+)
 from mycroft.kafka_security import add_flags as add_flags_security
 from mycroft.streams.core.config import DetectorConfig, with_overrides
 
@@ -43,9 +48,12 @@ class StreamSettings:
             100 ms of event time in between, whatever this period.
         snapshot_interval_s: Period of engine snapshots + offset commits.
         web_port: Faust web port; 0 disables the web server.
+        web_address: Address the web server listens on (loopback unless told).
         metrics_port: Port of the worker's Prometheus ``/metrics``
             (``mycroft_invalid_records_total`` and others,
             ``streams/invalid_records.py``); 0 serves none.
+        metrics_address: Address ``/metrics`` listens on: loopback unless
+            told (a deployment scraped from another host sets 0.0.0.0).
         data_dir: Faust data folder; ``''`` is :func:`mycroft.config.state_dir`
             ``/streams`` (``$XDG_STATE_HOME/mycroft/streams``, else
             ``~/.local/state/mycroft/streams``).
@@ -76,7 +84,11 @@ class StreamSettings:
             ``MYCROFT_STREAMS__SECURITY_PROTOCOL`` ...; ``infra/SECURITY.md``).
     """
 
-    bootstrap: str = setting(doc="Kafka bootstrap servers", metavar="HOST:PORT[,...]")
+    bootstrap: str = setting(
+        doc="Kafka bootstrap servers",
+        env=("MYCROFT_BOOTSTRAP",),  # shared by every command, as the others read it
+        metavar="HOST:PORT[,...]",
+    )
     app_id: str = setting(
         "mycroft-streams", "Faust app id: consumer group, internal topics' prefix"
     )
@@ -87,7 +99,18 @@ class StreamSettings:
         1.0, "period of engine snapshots and offset commits, s"
     )
     web_port: int = setting(0, "Faust web port (0: off)")
+    web_address: str = setting(
+        "127.0.0.1",
+        "address the Faust web server listens on (0.0.0.0: all)",
+        metavar="ADDRESS",
+    )
     metrics_port: int = setting(0, "serve Prometheus /metrics on this port (0: off)")
+    metrics_address: str = setting(
+        "127.0.0.1",
+        "address /metrics listens on (0.0.0.0: every interface, "
+        "for a Prometheus on another host)",
+        metavar="ADDRESS",
+    )
     data_dir: str = setting(
         "", "Faust data folder", shown="$XDG_STATE_HOME/mycroft/streams", metavar="DIR"
     )
@@ -203,7 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run a stream worker", description=WORKER)
     add_config_flag(worker)
     add_flags(worker, StreamSettings, "streams")
-    add_flags_security(worker, ENV_PREFIX)
+    add_flags_security(worker, env_prefixes("streams"))
     return p
 
 
@@ -217,7 +240,7 @@ def parse_settings(
     """
     env = os.environ if env is None else env
     ns = vars(_parser().parse_args(list(argv)))
-    security = security_from(ns, env, ENV_PREFIX)
+    security = security_from(ns, env, env_prefixes("streams"))
     settings = load(StreamSettings, "streams", ns, env, extra={"security": security})
     return ns["command"], settings
 

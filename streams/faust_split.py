@@ -24,7 +24,9 @@ from typing import Any
 
 import faust
 
+from mycroft import dead_letters
 from mycroft.errors import DecodeError
+from mycroft.kafka_client import deadletter_headers
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import CompletionBatch, Heartbeat, StateBatch, Topology
 from mycroft.streams.consumer_guards import seek_unsought_to_first
@@ -59,7 +61,11 @@ class Splitter:
             err = exc.located(msg.topic, msg.partition, msg.offset)
             self.counts["dead_lettered"] += 1
             log.warning("%s; sent to %s", err, self.topics.deadletter)
-            await self.deadletter.send(key=msg.key, value=msg.value)
+            source = f"{err.topic}[{err.partition}]@{err.offset}"
+            value, headers = dead_letters.fit(
+                msg.value, msg.key, deadletter_headers(err, source)
+            )
+            await self.deadletter.send(key=msg.key, value=value, headers=headers)
             return
         job = record_job(record)
         groups = self.settings.comm_groups
@@ -102,6 +108,12 @@ def build_split_app(settings: StreamSettings, config: dict[str, Any]) -> faust.A
     @app.agent(splitter.source, name="mycroft-split")
     async def split(stream: Any) -> None:
         async for event in stream.events():
-            await splitter.handle(event.message)
+            msg = event.message
+            try:
+                await splitter.handle(msg)
+            except Exception:  # one bad record must not restart the agent
+                splitter.counts["handle_failed"] += 1
+                log.exception("record %s[%d]@%d failed; skipped",
+                              msg.topic, msg.partition, msg.offset)  # fmt: skip
 
     return app

@@ -104,11 +104,11 @@ class WorkerMetrics:
         self.jobs.set(jobs)
         self.rows.inc(rows)
 
-    def serve(self, port: int) -> None:
-        """Serve ``/metrics`` on ``port`` (0: not served)."""
+    def serve(self, port: int, address: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` on ``address:port`` (port 0: not served)."""
         if port:
-            start_http_server(port, registry=self.registry)
-            log.info("worker metrics on :%d/metrics", port)
+            start_http_server(port, address, registry=self.registry)
+            log.info("worker metrics on http://%s:%d/metrics", address, port)
 
 
 def host_label(r: Rejection, gate: RecordGate) -> str:

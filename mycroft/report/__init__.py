@@ -84,7 +84,8 @@ def write(
     for n, data in enumerate(incidents, 1):
         names = {key: f"incident{n}-{key}.png" for key in FIGURES}
         figures.progress_heatmap(data, out / names["progress"])
-        figures.culprit_flows(data, out / names["flows"])
+        if not figures.culprit_flows(data, out / names["flows"]):
+            del names["flows"]  # no chunk moved on the culprit's flows
         figures.wait_graph(data, chain_of(data.rc), out / names["chain"])
         figures.baselines(data, out / names["baselines"])
         cited = [by_id[a] for a in data.rc.anomaly_ids if a in by_id]

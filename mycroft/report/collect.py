@@ -25,6 +25,7 @@ from mycroft.schemas.records import (
     Topology,
 )
 from mycroft.schemas.vocab import RECV, SEND
+from mycroft.verdict import Place
 
 BIN_NS = 200_000_000
 """Heatmap resolution: two agent ticks."""
@@ -89,6 +90,7 @@ class IncidentData:
     panels: list[BaselinePanel]
     fired: list[Fired]
     hosts: dict[int, str] = field(default_factory=dict)
+    places: dict[int, Place] = field(default_factory=dict)  # rank -> host, GPU, NIC
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ class Collector:
         }
         self.ranks: set[int] = set()
         self.hosts: dict[int, str] = {}
+        self.places: dict[int, Place] = {}
 
     def add(self, record: Record) -> None:
         """Take one record (others than the job's raw records are ignored)."""
@@ -163,6 +166,7 @@ class Collector:
                 for r in record.ranks:
                     self.ranks.add(r.rank)
                     self.hosts[r.rank] = record.host
+                    self.places[r.rank] = Place(record.host, r.gpu, r.nic)
             return
         if not isinstance(record, StateBatch | CompletionBatch):
             return
@@ -261,6 +265,7 @@ class Collector:
             [p for p in panels if len(p.t_ns)],
             self.fired,
             self.hosts,
+            self.places,
         )
 
     def _panel(self, f: Fired) -> BaselinePanel:

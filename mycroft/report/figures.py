@@ -108,22 +108,25 @@ def progress_heatmap(data: IncidentData, path: Path) -> None:
     _save(fig, path)
 
 
-def culprit_flows(data: IncidentData, path: Path) -> None:
-    """Cumulative G/T/D chunks of the culprit's flows both ways, and gaps."""
+def culprit_flows(data: IncidentData, path: Path) -> bool:
+    """Cumulative G/T/D chunks of the culprit's flows both ways, and gaps;
+    one column per direction that moved chunks in the window. Returns whether
+    there was any to draw (no file is written otherwise)."""
     f = data.flow
+    shown = [k for k in range(len(f.labels)) if f.gtd[f.key == k].any()]
+    if not shown:
+        return False
     fig, axes = plt.subplots(
-        2, 2, figsize=(12, 5.5), sharex=True, layout="constrained",
-        height_ratios=(2, 1), squeeze=False,
+        2, len(shown), figsize=(6 * len(shown), 5.5), sharex=True,
+        layout="constrained", height_ratios=(2, 1), squeeze=False,
     )  # fmt: skip
     x0, x1 = _span(data)
-    for k, label in enumerate(f.labels):
-        top, low = axes[0, k], axes[1, k]
+    for col, k in enumerate(shown):
+        top, low = axes[0, col], axes[1, col]
         mine = f.key == k
         t, gtd = _rel(data, f.t_ns[mine]), f.gtd[mine]
+        label = f.labels[k]
         top.set_title(f"culprit's flow {label}" if label else "", fontsize=10)
-        if not gtd.any():
-            top.text(0.5, 0.5, "no chunks on this flow in the window", ha="center",
-                     transform=top.transAxes)  # fmt: skip
         for i, (name, colour) in enumerate(GTD):
             top.step(t, gtd[:, i], where="post", label=name, color=colour, lw=1.4)
         low.step(t, gtd[:, 0] - gtd[:, 1], where="post", label="G - T", color=GTD[0][1])
@@ -134,9 +137,12 @@ def culprit_flows(data: IncidentData, path: Path) -> None:
         for ax in (top, low):
             _marks(ax, data)
             ax.set_xlim(x0, x1)
+            ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
             ax.legend(loc="upper left", fontsize=7)
             ax.grid(alpha=0.3)
+        low.set_ylim(top=max(1.0, low.get_ylim()[1]))  # a flat zero, not +-0.04
     _save(fig, path)
+    return True
 
 
 def wait_graph(data: IncidentData, edges: list[Edge], path: Path) -> None:

@@ -3,20 +3,19 @@
 The root cause and the anomalies it cites come from the incident book; the
 job's raw records (state, completion, topology) are read back from the raw
 topics, which keep them for their retention (a day by default), with the
-same decoding consumer, in a group of its own that commits nothing.
+same reader as the incidents (partitions assigned, no group, nothing
+committed).
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from mycroft import report
-from mycroft.errors import BrokerError
 from mycroft.report.collect import Collector
-from mycroft.schemas.records import CompletionBatch, StateBatch
+from mycroft.schemas.records import CompletionBatch, Record, StateBatch
 
 if TYPE_CHECKING:
     from mycroft.incident_book import Incident, IncidentBook
@@ -30,26 +29,22 @@ def read_raw(source: Source, collector: Collector) -> int:
     Raises:
         BrokerError: the topics were not read to their end within the timeout.
     """
+    from mycroft.incidents import catch_up  # noqa: PLC0415
+
     topics = source.topics
-    names = source.existing([topics.topology, topics.state, topics.completion])
-    if not names:
-        return 0
-    consumer = source.consumer(names)
+    reader = source.reader([topics.topology, topics.state, topics.completion])
     taken = 0
-    deadline = time.monotonic() + source.timeout_s
+
+    def take(record: Record) -> None:
+        nonlocal taken
+        collector.add(record)
+        if isinstance(record, StateBatch | CompletionBatch):
+            taken += record.header.job_id == collector.rc.job_id
+
     try:
-        while not consumer.caught_up():
-            if time.monotonic() > deadline:
-                raise BrokerError(
-                    f"Kafka at {source.bootstrap} did not hand out {', '.join(names)} "
-                    f"within {source.timeout_s:.0f} s; raise --timeout"
-                )
-            for _, record in consumer.poll(timeout_s=0.2, max_records=2000):
-                collector.add(record)
-                if isinstance(record, StateBatch | CompletionBatch):
-                    taken += record.header.job_id == collector.rc.job_id
+        catch_up(source, reader, take)
     finally:
-        consumer.close()
+        reader.close()
     return taken
 
 

@@ -10,7 +10,16 @@ from html import escape
 from mycroft.incident_text import culprit_line, iso
 from mycroft.report.anomaly_values import Fired
 from mycroft.report.collect import IncidentData
-from mycroft.schemas.records import Anomaly
+from mycroft.schemas.records import Anomaly, RootCause
+from mycroft.verdict import (
+    CONFIDENCE_NOTE,
+    Placement,
+    headline,
+    next_step,
+    nowhere,
+    short_id,
+    unique,
+)
 
 STYLE = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1200px; }
@@ -20,6 +29,9 @@ td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left;
 vertical-align: top; } figure { margin: 16px 0; } img { max-width: 100%;
 border: 1px solid #eee; } figcaption { font-size: 13px; color: #444; }
 .culprit { color: #d62728; font-weight: bold; } li { font-size: 13px; }
+.answer { background: #fff6f0; border-left: 4px solid #d62728; padding: 8px 14px;
+margin: 8px 0 16px; } .answer .headline { font-size: 17px; font-weight: bold; }
+.answer p { margin: 6px 0; } .note { font-size: 12px; color: #555; }
 """
 
 CAPTIONS = {
@@ -39,12 +51,24 @@ CAPTIONS = {
 }
 
 
-def _rows(cells: list[list[str]], head: list[str]) -> str:
-    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+def _rows(cells: list[list[str]], head: list[str] | None = None) -> str:
+    th = "".join(f"<th>{escape(h)}</th>" for h in head or [])
     body = "".join(
         "<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in cells
     )
-    return f"<table><tr>{th}</tr>{body}</table>"
+    return f"<table>{f'<tr>{th}</tr>' if th else ''}{body}</table>"
+
+
+def answer(rc: RootCause, placement: Placement = nowhere) -> str:
+    """The headline, the next step and what the confidence means."""
+    parts = [f'<p class="headline">{escape(headline(rc, placement))}</p>']
+    if rc.culprits:
+        step = escape(next_step(rc.culprits[0], placement))
+        parts.append(f"<p><b>Next step:</b> {step}</p>")
+        if rc.culprits[0].reason:
+            parts.append(f"<p><b>Why:</b> {escape(rc.culprits[0].reason)}</p>")
+    parts.append(f'<p class="note">{escape(CONFIDENCE_NOTE)}</p>')
+    return '<div class="answer">' + "".join(parts) + "</div>"
 
 
 def _fired_row(f: Fired) -> list[str]:
@@ -58,11 +82,18 @@ def _fired_row(f: Fired) -> list[str]:
 
 
 def section(data: IncidentData, figures: dict[str, str], cited: list[Anomaly]) -> str:
-    """One incident: headline, culprits, figures, evidence, anomalies."""
+    """One incident: the answer (headline, next step), its facts, culprits,
+    figures, evidence (each line once), anomalies."""
     rc = data.rc
     detected = f"{rc.detection_latency_s:.2f} s after onset"
     resolved = f"{rc.rca_latency_s:.2f} s after detection"
+    sid = short_id(rc.incident_id)
     facts = [
+        [
+            "incident",
+            f'<code title="{escape(rc.incident_id)}">{escape(sid)}</code>'
+            f" (mycroft incidents show {escape(sid)})",
+        ],
         ["job", escape(rc.job_id)],
         ["kind", escape(rc.kind.value)],
         ["onset", iso(rc.onset_ns)],
@@ -75,8 +106,10 @@ def section(data: IncidentData, figures: dict[str, str], cited: list[Anomaly]) -
         for i, line in enumerate(culprit_line(c) for c in rc.culprits)
     ] or [["none named"]]
     parts = [
-        f"<h2>incident {escape(rc.incident_id)}</h2>",
-        _rows(facts, ["", ""]),
+        f"<h2>{escape(rc.kind.value)} in job {escape(rc.job_id)}, incident "
+        f"{escape(sid)}</h2>",
+        answer(rc, data.places.get),
+        _rows(facts),
         "<h3>culprits, best first</h3>",
         _rows(culprits, ["culprit: component (confidence) why"]),
     ]
@@ -90,7 +123,8 @@ def section(data: IncidentData, figures: dict[str, str], cited: list[Anomaly]) -
         rows = [_fired_row(f) for f in data.fired]
         parts += ["<h3>baselines that fired</h3>", _rows(rows, head)]
     if rc.evidence:
-        items = "".join(f"<li>{escape(e.fact)}</li>" for e in rc.evidence)
+        facts_once = unique(e.fact for e in rc.evidence)
+        items = "".join(f"<li>{escape(fact)}</li>" for fact in facts_once)
         parts.append(f"<h3>evidence</h3><ol>{items}</ol>")
     if cited:
         rows = [

@@ -1,6 +1,6 @@
 """The demo's pipeline against a real Prometheus and a real Alertmanager.
 
-A local broker, a stream worker, ``mycroft sinks run`` serving /metrics, and
+A local broker, a stream worker, ``mycroft sinks`` serving /metrics, and
 a simulated job whose GPU hangs. Prometheus scrapes the sinks every second
 and evaluates ``infra/prometheus/mycroft-alerts.yml``; its alerts go to an
 Alertmanager that posts them to a webhook served by this test.

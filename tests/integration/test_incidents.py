@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -213,10 +214,13 @@ def test_follow_prints_new_incidents_and_revisions(
         stop.set()
         worker.join(30)
     text = out.getvalue()
-    assert "ROOT CAUSE rev 0: hang -> rank 5 on node-1: gpu (0.62)" in text
+    head = "ROOT CAUSE rev 0: hang at rank 5 on host node-1: the GPU, likely (0.62)"
+    assert head in text
+    assert "next step: drain node-1 and run the GPU diagnostics" in text
     assert "incident job-c:live of job job-c" in text
     assert "evidence: rank 0 waits for rank 5 in allreduce op 17" in text
-    assert "ROOT CAUSE rev 1: hang -> rank 5 on node-1: nic (0.80)" in text
+    head = "ROOT CAUSE rev 1: hang at rank 5 on host node-1: the NIC, likely (0.80)"
+    assert head in text
     assert "[revised: component was gpu]" in text
     assert text.count("ROOT CAUSE") == 2  # the duplicate and job-a are not shown
 
@@ -265,13 +269,76 @@ def test_follow_shows_the_demo_incident_live(kafka_bootstrap: str) -> None:
             )  # fmt: skip
             assert run(args, demo) == 0, demo.getvalue()
             headline = proc.stdout.readline()
+            step = proc.stdout.readline()
             where = proc.stdout.readline()
             proc.send_signal(signal.SIGINT)
             assert proc.wait(10) == 130  # Ctrl-C
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert "ROOT CAUSE rev 0: hang -> rank" in headline
+    assert "ROOT CAUSE rev 0: hang at rank" in headline and "(GPU " in headline
+    assert "next step: drain node" in step
     assert "of job demo-job" in where
     incident = where.split()[1]
     assert incident in demo.getvalue()  # the demo printed the same incident
+
+
+def test_follow_from_the_beginning_prints_the_history(
+    published: tuple[str, str],
+) -> None:
+    bootstrap, prefix = published
+    out, err = io.StringIO(), io.StringIO()
+    stop = threading.Event()
+    console = Console(out, err=err, job_id="job-a")
+    source = Source(bootstrap, TopicSet(prefix, partitions=2))
+    worker = threading.Thread(
+        target=follow, args=(source, console, stop), kwargs={"from_beginning": True}
+    )
+    worker.start()
+    try:
+        _wait_for(lambda: "following incidents" in err.getvalue())
+    finally:
+        stop.set()
+        worker.join(30)
+    text = out.getvalue()
+    assert "anomaly hang: allreduce op 17 stopped on 8 ranks" in text
+    assert "ROOT CAUSE rev 0: hang at rank 5" in text
+    assert "ROOT CAUSE rev 1: hang at NIC mlx5_1 of host node-1 (ranks 4, 5)" in text
+
+
+def _timed(*argv: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "mycroft", "incidents", *argv],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return time.monotonic() - started, done
+
+
+def test_list_and_show_answer_within_2_s(published: tuple[str, str]) -> None:
+    """Partitions assigned directly and read to their end: no group to join
+    (the interpreter's start, about 0.3 s, included)."""
+    bootstrap, prefix = published
+    where = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
+    took, done = _timed("list", *where)
+    assert done.returncode == 0 and "job-a" in done.stdout, done.stderr
+    assert took <= 2.0, took
+    took, done = _timed("show", f"job-a:hang:1a:{ONSET}", *where)
+    assert done.returncode == 0, done.stderr
+    head, step, *_ = done.stdout.splitlines()  # the latest revision's answer
+    assert head.startswith("hang at ") and step.startswith("  next step    ")
+    assert took <= 2.0, took
+
+
+def test_a_closed_pipe_ends_list_quietly(published: tuple[str, str]) -> None:
+    bootstrap, prefix = published
+    reader, writer = os.pipe()
+    os.close(reader)  # `mycroft incidents list | head -0`: nobody reads
+    done = subprocess.run(
+        [sys.executable, "-m", "mycroft", "incidents", "list", "--since", "1e9",
+         "--bootstrap", bootstrap, "--topic-prefix", prefix],
+        stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    os.close(writer)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

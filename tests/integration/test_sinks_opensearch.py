@@ -1,4 +1,4 @@
-"""Root causes travel Kafka -> ``mycroft sinks run`` -> a real OpenSearch.
+"""Root causes travel Kafka -> ``mycroft sinks`` -> a real OpenSearch.
 
 Two revisions of two incidents, a stale re-delivery, and a second service run
 that re-reads everything: ``_search`` still finds one document per incident,

@@ -57,7 +57,7 @@ def _check(code: int, lines: list[str], want_code: int, *words: str) -> None:
 
 
 def test_exit_codes_are_the_documented_ones() -> None:
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 6, 130]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 130]
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for c in ExitCode:
         assert f"| {int(c)} |" in readme, c
@@ -94,13 +94,34 @@ def test_a_file_that_is_not_a_trace(
            f"{path} is not a Mycroft trace file")  # fmt: skip
 
 
-def test_a_truncated_gzip(
+def test_a_gzip_cut_before_its_first_record(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, trace: Path
 ) -> None:
     path = tmp_path / "cut.trace.gz"
-    path.write_bytes(trace.read_bytes()[:2000])
+    path.write_bytes(trace.read_bytes()[:20])
     _check(*_run(capsys, "analyze", str(path)), INPUT,
-           f"cannot read {path}", "complete")  # fmt: skip
+           f"{path} is cut short before its first record")  # fmt: skip
+
+
+def test_a_trace_cut_short_is_read_up_to_the_cut(
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    trace: Path,
+) -> None:
+    """What a recorder that died with its job leaves: analyzed up to its
+    last whole frame, the cut named (README, "Exit codes")."""
+    packed = trace.read_bytes()
+    whole = gzip.decompress(packed)
+    halves = [("cut.trace", whole[: len(whole) // 2]),
+              ("cut.trace.gz", packed[: len(packed) // 2])]  # fmt: skip
+    for name, data in halves:
+        path = tmp_path / name
+        path.write_bytes(data)
+        code = cli.main(["analyze", str(path)])
+        assert code in (0, 3), capsys.readouterr().err
+        assert "cut short" in caplog.text or "truncated" in caplog.text
+        caplog.clear()
 
 
 def test_random_bytes_named_gz(
@@ -143,12 +164,12 @@ def test_an_output_folder_that_does_not_exist(
                 "1",
                 "--truth",
                 "{tmp}/t.json",
-                "--kafka",
+                "--bootstrap",
                 "{addr}",
             ],
-            "--kafka",
+            "--bootstrap",
         ),
-        (["replay", "{tmp}/x.trace", "--kafka", "{addr}"], "--kafka"),
+        (["replay", "{tmp}/x.trace", "--bootstrap", "{addr}"], "--bootstrap"),
         (["streams", "worker", "--bootstrap", "{addr}"], "--bootstrap"),
         (
             ["sinks", "--bootstrap", "{addr}", "--prometheus-listen", ":0"],
@@ -187,7 +208,7 @@ def test_the_broker_from_the_environment_names_the_variable(
         (["incidents", "list"], "MYCROFT_INCIDENTS__BOOTSTRAP", "incidents"),
         (["topics", "create"], "MYCROFT_TOPICS__BOOTSTRAP", "topics"),
         (["streams", "worker"], "MYCROFT_STREAMS__BOOTSTRAP", "streams"),
-        (["replay", "{tmp}/x.trace"], "MYCROFT_REPLAY__KAFKA", "replay"),
+        (["replay", "{tmp}/x.trace"], "MYCROFT_REPLAY__BOOTSTRAP", "replay"),
     ],
     ids=["incidents", "topics", "streams", "replay"],
 )

@@ -89,9 +89,16 @@ def test_revision_json_writes_evidence_comms_both_ways() -> None:
 
 def test_live_lines_under_a_root_cause_line_up_after_the_stamp() -> None:
     stamp = when(T0 + 2 * S, T0)
-    head, where, evidence = live_lines(_root_cause(), stamp)
-    assert head == f"  {stamp}  ROOT CAUSE rev 0: hang -> rank 3 on node-1: gpu (0.70)"
+    head, step, where, evidence = live_lines(_root_cause(), stamp)
+    assert head == (
+        f"  {stamp}  ROOT CAUSE rev 0: hang at rank 3 on host node-1: the GPU, "
+        "likely (0.70)"
+    )
     indent = len(f"  {stamp}  ")
+    assert step == " " * indent + (
+        "next step: drain node-1 and run the GPU diagnostics on rank 3's GPU "
+        "(dcgmi diag -r 3; nvidia-smi -q for Xid and ECC errors)"
+    )
     assert where == " " * indent + "incident job:hang:0x0bdef175e79f5775:1 of job job"
     assert evidence == " " * indent + "evidence: rank 3 froze"
     (line,) = live_lines(_anomaly(), stamp)
@@ -148,7 +155,7 @@ def test_analyze_text_and_json_agree_on_comm_ids_and_times(
     traces: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = str(traces["faulty"])
-    text = _analyze(capsys, path)[1]
+    text = _analyze(capsys, path, "--verbose")[1]
     doc = json.loads(_analyze(capsys, path, "--json")[1])
     start = doc["jobs"]["sim"]
     assert start == {"start_s": T0 / S, "start_at": "2026-01-01T00:00:00.000Z"}
@@ -162,12 +169,12 @@ def test_analyze_text_and_json_agree_on_comm_ids_and_times(
         if a["detector"] == "hang":  # a hang's id names its comm
             assert f":{a['comms_hex'][0]}:" in a["anomaly_id"]
     # Each anomaly line: its detection time and the seconds since the start.
-    lines = [ln for ln in text.splitlines() if re.match(ISO, ln)]
+    lines = [ln.strip() for ln in text.splitlines() if re.match(rf"  {ISO}", ln)]
     assert len(lines) == len(doc["anomalies"])
     for line, a in zip(lines, doc["anomalies"], strict=True):
         at, since = re.match(rf"({ISO}) \(\+(\d+\.\d{{3}}) s\)  ", line).groups()
         assert at == a["detected_at"]
         assert float(since) == pytest.approx(a["detected_at_s"] - start["start_s"])
-    (incident,) = [ln for ln in text.splitlines() if ln.startswith("incident ")]
+    (incident,) = [ln for ln in text.splitlines() if ln.startswith("  incident ")]
     row = doc["root_causes"][0]
     assert f" since {row['onset_at']} (+" in incident

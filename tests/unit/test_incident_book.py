@@ -67,7 +67,10 @@ def test_console_prints_news_only_after_start() -> None:
     console.show(replace(_rc("i", 1), culprits=(nic,)))
     console.show(_anomaly())
     text = out.getvalue()
-    assert "t=2.0s  ROOT CAUSE rev 1: hang -> rank 3 on node-1: nic (0.70)" in text
+    assert (
+        "t=2.0s  ROOT CAUSE rev 1: hang at rank 3 on host node-1: the NIC, "
+        "likely (0.70)" in text
+    )
     assert "[revised: component was gpu]" in text
     assert "t=1.0s  anomaly hang: x" in text
 
@@ -87,12 +90,15 @@ def test_console_json_lines_and_anomaly_limit() -> None:
 
 def test_the_analyze_block() -> None:
     assert incident_lines(_rc("i"), start_ns=T0 - 5 * S) == [
-        "incident i (rev 0): hang since 2027-01-15T08:00:00.000Z (+5.000 s), "
+        "hang at rank 3 on host node-1: the GPU, likely (0.70)",
+        "  next step: drain node-1 and run the GPU diagnostics on rank 3's GPU "
+        "(dcgmi diag -r 3; nvidia-smi -q for Xid and ECC errors)",
+        "  incident i (rev 0): hang since 2027-01-15T08:00:00.000Z (+5.000 s), "
         "detected 1.00 s after onset, root cause 1.00 s later",
         "  rank 3 on node-1: gpu (0.70) stuck",
         "    - rank 3 froze",
     ]
     assert iso(T0) == "2027-01-15T08:00:00.000Z"
-    assert incident_lines(_rc("i"))[0].startswith(
-        "incident i (rev 0): hang since 2027-01-15T08:00:00.000Z, detected"
+    assert incident_lines(_rc("i"))[2].startswith(
+        "  incident i (rev 0): hang since 2027-01-15T08:00:00.000Z, detected"
     )
