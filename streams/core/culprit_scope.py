@@ -10,7 +10,10 @@ ranks into what they share, keeping the order of the strongest member:
   ``ranks`` every rank behind the NIC, confidence the members' sum (at most
   ``RcaConfig.max_confidence``);
 * ``host`` culprits fold into one per host, scope ``host``: ``ranks`` every
-  rank of the host, confidence as for a NIC;
+  rank of the host, confidence as for a NIC, when the evidence is host-wide
+  (two or more of the host's ranks scored ``host``, or the host has one
+  rank); one rank's ``host`` evidence (its CPU side: never issued the op,
+  issued late) stays scope ``rank``, so the answer names that rank;
 * a ``network`` culprit with a flow is scope ``link``: the flow
   ``rank -> peer``, a path between two hosts with no single device;
 * anything else is scope ``rank``: its GPU, PCIe path, proxy thread,
@@ -39,8 +42,9 @@ def scope_culprits(
     """Fold NIC and host culprits per device; mark link culprits (see module)."""
     out: list[Culprit] = []
     folded: dict[tuple[str, str, str], int] = {}  # (scope, host, device) -> index
+    wide = _hostwide(culprits, topo)
     for c in culprits:
-        key = _device(c, topo)
+        key = _device(c, topo, wide)
         if key is None:
             scope = (
                 "link"
@@ -60,13 +64,28 @@ def scope_culprits(
     return out
 
 
-def _device(c: Culprit, topo: JobTopology) -> tuple[str, str, str] | None:
+def _hostwide(culprits: Sequence[Culprit], topo: JobTopology) -> set[str]:
+    """Hosts whose ``host`` evidence is host-wide: more than one of their
+    ranks scored ``host``, or every rank they run did (a host of one rank)."""
+    ranks: dict[str, set[int]] = {}
+    for c in culprits:
+        if c.component is Component.HOST:
+            ranks.setdefault(topo.rank_host.get(c.rank, c.host), set()).add(c.rank)
+    size: dict[str, int] = {}
+    for h in topo.rank_host.values():
+        size[h] = size.get(h, 0) + 1
+    return {h for h, rs in ranks.items() if len(rs) > 1 or size.get(h, 1) == len(rs)}
+
+
+def _device(
+    c: Culprit, topo: JobTopology, hostwide: set[str]
+) -> tuple[str, str, str] | None:
     """``(scope, host, device)`` that ``c`` folds into, or None (a rank)."""
     host = topo.rank_host.get(c.rank, c.host)
     if c.component is Component.NIC:
         nic = topo.rank_nic.get(c.rank, "")
         return ("nic", host, nic) if nic else None
-    if c.component is Component.HOST:
+    if c.component is Component.HOST and host in hostwide:
         return "host", host, host
     return None
 

@@ -103,3 +103,23 @@ def test_a_simulated_nic_fault_names_the_nic() -> None:
     assert best.device is not None and best.device.startswith("mlx5_")
     assert len(best.ranks) == 2 and best.rank in best.ranks
     assert all(c.scope != "nic" or len(c.ranks) == 2 for c in rc.culprits)
+
+
+def test_one_rank_s_host_evidence_names_the_rank_not_its_host() -> None:
+    """A host-wide verdict only when the evidence is host-wide: one rank that
+    never issued its op is that rank (component ``host``), not every rank of
+    its host."""
+    (only,) = scope_culprits([_c(2, Component.HOST, 0.9)], _topo())
+    assert (only.scope, only.rank, only.component, only.ranks) == (
+        "rank",
+        2,
+        Component.HOST,
+        (),
+    )
+    assert only.subject() == "rank 2 on node0"
+    alone = JobTopology()
+    alone.add(Topology("j", "solo", "10.0.0.9", 0, (RankTopology(0, 0, "gpu0", ""),)))
+    (c,) = scope_culprits(
+        [Culprit(0, "solo", Component.HOST, FaultKind.HANG, 0.9)], alone
+    )
+    assert (c.scope, c.ranks) == ("host", (0,))
