@@ -7,7 +7,8 @@ split in two halves that share no setting and no seed:
 
 * **tune**: the settings detection thresholds may be adjusted against;
 * **report**: other schedules (1F1B, interleaved 1F1B), the tree
-  all-reduce, slot counter semantics, layouts (4 GPUs per host, 1 GPU per
+  all-reduce, slot counter semantics and the same as NCCL's profiler
+  plugin observes it (``counters="nccl"``), layouts (4 GPUs per host, 1 GPU per
   NIC, TP 2, a pipeline inside a host), channel counts, slot sizes,
   sampling periods, clock drift and noise levels, run only to report.
   Numbers quoted for the analyzer come from this half.
@@ -27,8 +28,8 @@ the headline). Usage::
     python bench/campaign_general.py --half tune --seeds 1 --duration 20 \\
         --healthy-runs 1 --healthy-duration 120 --out ..._tune.json  # reduced
 
-Full size: 14 faults x 3 seeds x 9 settings and 2 x 450 s healthy runs per
-setting (75 simulated minutes over the 5 report settings).
+Full size: 14 faults x 3 seeds x 13 settings and 2 x 450 s healthy runs per
+setting (120 simulated minutes over the 8 report settings).
 """
 
 from __future__ import annotations
@@ -145,6 +146,17 @@ SETTINGS: tuple[Setting, ...] = (
         Hardware(counters="slots", chunk_bytes=1 << 20),
         seed_base=0,
     ),
+    # tune: the slots setting as NCCL's profiler plugin observes it (a send's
+    # G at most T + 1, its ready data's wait as time: ready_wait_us).
+    Setting(
+        "gpipe-4x2x8-nccl",
+        "tune",
+        4,
+        2,
+        8,
+        Hardware(counters="nccl", chunk_bytes=1 << 20),
+        seed_base=0,
+    ),
     # report: 1F1B, 4-GPU hosts, TP 2, many channels, large slots, 20 ms
     # sampling, drift tens of ppm, heavy noise; seeds disjoint from tune.
     Setting(
@@ -158,6 +170,41 @@ SETTINGS: tuple[Setting, ...] = (
         ),
         Workload(micro_batches=8, schedule="1f1b"),
         LIGHT,
+        seed_base=500,
+    ),
+    # report: the slots setting above as NCCL's profiler plugin observes it.
+    Setting(
+        "1f1b-2x4x4-h4-nccl",
+        "report",
+        2,
+        4,
+        4,
+        Hardware(gpus_per_host=4, dp_channels=16, chunk_bytes=2 << 20, counters="nccl"),
+        Workload(micro_batches=8, schedule="1f1b"),
+        LIGHT,
+        seed_base=500,
+    ),
+    # report: heavy noise (proxy hiccups every 2 s) on 1-GPU NICs under
+    # credits, as a producer that shows every slot reports it and as the
+    # plugin observes it.
+    Setting(
+        "gpipe-2x2x8-h4-nic1-heavy-slots",
+        "report",
+        2,
+        2,
+        8,
+        Hardware(gpus_per_host=4, gpus_per_nic=1, runahead=0.3, counters="slots"),
+        noise=HEAVY,
+        seed_base=500,
+    ),
+    Setting(
+        "gpipe-2x2x8-h4-nic1-heavy-nccl",
+        "report",
+        2,
+        2,
+        8,
+        Hardware(gpus_per_host=4, gpus_per_nic=1, runahead=0.3, counters="nccl"),
+        noise=HEAVY,
         seed_base=500,
     ),
     Setting(

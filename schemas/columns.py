@@ -80,6 +80,14 @@ FLOW_COLUMNS: Group = (
     Column(
         "last_ns", "<i8", "time any counter of this flow last changed, ns; 0: never"
     ),
+    Column(
+        "ready_wait_us",
+        "<i4",
+        "send flow: microseconds its steps spent with their data ready before "
+        "the transport took them (SendPeerWait to SendWait), summed, the head "
+        "step's current wait included, cumulative; 0: not measured or a recv flow",
+        optional=True,
+    ),
 )
 """One row per flow (channel x peer x direction) of each in-flight op.
 

@@ -53,6 +53,11 @@ def _pack_groups(groups: dict[str, Group], arrays: dict[str, np.ndarray]) -> Dat
         arr = arrays[g]
         out[f"n_{g}"] = len(arr)
         for c in columns:
+            if c.optional and not arr[c.name].any():
+                # Zero on every row reads the same as absent: sent empty,
+                # so writers that never measure it pay nothing for it.
+                out[f"{g}_{c.name}"] = b""
+                continue
             out[f"{g}_{c.name}"] = np.ascontiguousarray(
                 arr[c.name], dtype=c.dtype
             ).tobytes()

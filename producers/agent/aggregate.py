@@ -4,6 +4,11 @@ Per rank the aggregator keeps: the communicators it joined (``rc`` rows), the
 ops issued and not yet completed with the latest counters of each flow
 (``op``/``flow`` rows), and the ops completed since the last tick (completion
 rows). Time only comes in through the records; nothing here reads a clock.
+
+A send flow's ready-wait time (``ready_wait_us``, ``schemas/ring.md`` §4c)
+comes from the FLOW_STEPS record the NCCL plugin writes right after each
+FLOW_PROGRESS of the flow: it is taken when it names the same (comm, seq,
+channel, dir, peer) at the same ``ts_ns`` as the flow's latest progress.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from mycroft.producers.ring_layout import (
     CommRanks,
     FlowDone,
     FlowProgress,
+    FlowSteps,
     OpDone,
     OpIssued,
     RingRecord,
@@ -33,11 +39,15 @@ from mycroft.schemas.columns import (
     Group,
     dtype_of,
 )
+from mycroft.schemas.vocab import SEND
 
 log = logging.getLogger(__name__)
 
 FlowKey = tuple[int, int, int]
 """(channel, peer, direction)"""
+
+READY_WAIT_MAX_US = (1 << 31) - 1
+"""The state record's ``ready_wait_us`` column is int32: it saturates here."""
 
 
 @dataclass
@@ -50,6 +60,8 @@ class FlowState:
     done: int = 0
     first_ns: int = 0
     last_ns: int = 0
+    seen_ns: int = 0  # ts_ns of the latest FLOW_PROGRESS (the FLOW_STEPS join)
+    ready_wait_us: int = 0
 
 
 @dataclass
@@ -147,6 +159,8 @@ class Aggregator:
         st.seen_ns = max(st.seen_ns, record.ts_ns)
         if isinstance(record, FlowProgress):
             self._progress(st, record)
+        elif isinstance(record, FlowSteps):
+            self._steps(st, record)
         elif isinstance(record, OpIssued):
             op = self._op(st, record.comm, record.seq)
             op.kind, op.algo, op.proto = record.kind, record.algo, record.proto
@@ -230,6 +244,7 @@ class Aggregator:
         if op.issue_ns == 0:
             op.issue_ns = r.ts_ns
         fs = op.flows.setdefault((r.channel, r.peer, r.direction), FlowState())
+        fs.seen_ns = r.ts_ns
         new = (r.total, r.gpu_ready, r.transmitted, r.done)
         if new != (fs.total, fs.gpu_ready, fs.transmitted, fs.done):
             fs.total, fs.gpu_ready, fs.transmitted, fs.done = new
@@ -239,6 +254,21 @@ class Aggregator:
                     fs.first_ns = r.ts_ns
                 if op.start_ns == 0 or r.ts_ns < op.start_ns:
                     op.start_ns = r.ts_ns
+
+    @staticmethod
+    def _steps(st: RankState, r: FlowSteps) -> None:
+        """Join a send flow's ready-wait time to the progress it was written
+        with; a FLOW_STEPS whose progress was lost (overwritten) or that
+        belongs to an op already completed is dropped."""
+        if r.direction != SEND:
+            return
+        op = st.ops.get((r.comm, r.seq))
+        fs = op.flows.get((r.channel, r.peer, r.direction)) if op else None
+        if fs is None or fs.seen_ns != r.ts_ns:
+            return
+        # The plugin writes an unsaturated u32 into a field the layout
+        # decodes as i32; the column is int32.
+        fs.ready_wait_us = min(r.ready_wait_us & 0xFFFFFFFF, READY_WAIT_MAX_US)
 
     def _complete(self, st: RankState, r: OpDone, emit: bool) -> None:
         op = st.ops.pop((r.comm, r.seq), None) or OpState(r.comm, r.seq)
@@ -309,6 +339,7 @@ class Aggregator:
                         s.transmitted,
                         s.done,
                         s.last_ns,
+                        s.ready_wait_us,
                     )
                     for k, s in sorted(op.flows.items())
                 )

@@ -61,7 +61,7 @@ class RingSource:
             if str(path) in self._bad:
                 continue
             try:
-                reader = RingReader(path)
+                reader = RingReader(path, flow_steps=True)
             except (OSError, ValueError) as exc:
                 log.warning("ignoring %s: %s", path, exc)
                 self._bad.add(str(path))

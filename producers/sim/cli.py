@@ -26,7 +26,12 @@ from pathlib import Path
 
 from mycroft.cli_parser import mycroft_parser
 from mycroft.errors import ConfigError, MycroftError
-from mycroft.producers.sim.config import SimConfig, from_ranks
+from mycroft.producers.sim.config import (
+    COUNTER_MODELS,
+    Hardware,
+    SimConfig,
+    from_ranks,
+)
 from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import FAULTS, parse_spec
 from mycroft.producers.tracefile import RecordWriter, TraceFileWriter
@@ -141,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval-ms", type=int, default=100, help="sampling period of the agents"
     )
+    p.add_argument(
+        "--counters",
+        choices=COUNTER_MODELS,
+        default="fluid",
+        help="how send counters move: fluid (default), slots (credits), or "
+        "nccl (the slots timing as NCCL's profiler plugin observes it: a send's "
+        "G at most T + 1 and its ready-wait time; producers/sim/README.md)",
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -180,6 +193,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         interval_ms=args.interval_ms,
         seed=args.seed,
         job_id=args.job_id,
+        hardware=Hardware(counters=args.counters),
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

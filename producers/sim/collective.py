@@ -10,7 +10,9 @@ Per ring step ``k`` and rank ``i`` (sending to ``i+1``, receiving from ``i-1``):
     D: [db, de]  db = max(tb + lat, de[k-1]);  de = max(te + lat, db)
 
 and the arrival at ``i+1`` is ``de``. That is the default ``fluid`` model;
-``Hardware(counters="slots")`` uses slot semantics instead (``_slot_steps``).
+``Hardware(counters="slots")`` uses slot semantics instead (``_slot_steps``),
+and ``counters="nccl"`` the same timing, reported as NCCL's profiler sees it
+(``OpBlock.nccl``).
 The receiving side of ``i`` reports
 gpu_ready = buffers posted (sender's T), transmitted = data arrived (sender's
 D) and done = consumed by its own kernel (its next step's G). A dead GPU or
@@ -148,7 +150,7 @@ class Physics:
         fluid model has no credits: the receiver posts every buffer when its
         kernel starts.
         """
-        if self.hw.counters == "slots":
+        if self.hw.counters in ("slots", "nccl"):
             return self._slot_steps(src, dst, launch, link, steps)
         start, peer_start = launch
         copy_s, wire_s, wire_h, lat, net, lead = link
@@ -334,6 +336,7 @@ class Physics:
             proc_dead=self.fx.proc_dead[rank],
             posted=posts.reshape(rows, 2, 2, -1),
             holds=holds.reshape(rows, 2, 3, 2, -1),
+            nccl=self.hw.counters == "nccl",
         )
 
 

@@ -14,10 +14,12 @@ DEFAULT_EPOCH_S = 1_767_225_600
 """Trace start of file output: 2026-01-01T00:00Z, fixed for determinism."""
 
 
-COUNTER_MODELS = ("fluid", "slots")
+COUNTER_MODELS = ("fluid", "slots", "nccl")
 """How a network send's counters move (``producers/sim/README.md``): ``fluid``
-(T advances with the wire) or ``slots`` (T = posted into a slot the receiver
-granted, D = completed after the wire)."""
+(T advances with the wire), ``slots`` (T = posted into a slot the receiver
+granted, D = completed after the wire) or ``nccl`` (the timing of ``slots``
+as NCCL's profiler plugin observes it: a send's G at most T + 1, its ready
+data's wait as ``ready_wait_us``; ``schemas/ring.md`` §4c)."""
 
 
 ALLREDUCE_ALGOS = ("ring", "tree")

@@ -43,6 +43,9 @@ from mycroft.schemas.records import (
 )
 from mycroft.schemas.vocab import SEND
 
+READY_WAIT_MAX_US = (1 << 31) - 1
+"""The state record's ``ready_wait_us`` column is int32: it saturates here."""
+
 PortState = Callable[
     [np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]
 ]
@@ -204,6 +207,9 @@ class Emitter:
         fl["last_ns"] = np.where(
             np.isfinite(last), self.ns(np.where(np.isfinite(last), last, 0.0), fhost), 0
         )
+        if b.nccl:
+            wait_us = np.rint(b.ready_wait(rows, t).ravel() * 1e6)
+            fl["ready_wait_us"] = np.minimum(wait_us, READY_WAIT_MAX_US)
         out.op.append(op)
         out.op_host.append(host)
         out.flow.append(fl)

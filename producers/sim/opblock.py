@@ -25,6 +25,12 @@ which never trail the data.
 Within one counter the step intervals never overlap, and ``b``/``e`` of
 gpu_ready <= transmitted <= done step by step, so the counters are monotone
 and ``total >= gpu_ready >= transmitted >= done`` holds by construction.
+
+With ``nccl`` set (``Hardware(counters="nccl")``) a send flow reports what
+NCCL's profiler shows (``schemas/ring.md`` §4b, §4c): the proxy checks
+readiness only for its head chunk (the one at ``transmitted``), so G is
+``T + 1`` while that chunk's data is ready and not taken, else ``T``; the
+time ready chunks waited at the head is :meth:`OpBlock.ready_wait`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from mycroft.schemas.vocab import SEND
 
 GPU_READY, TRANSMITTED, DONE = range(3)
 
@@ -61,6 +69,7 @@ class OpBlock:
     profile: np.ndarray | None = None
     posted: np.ndarray | None = None
     holds: np.ndarray | None = None
+    nccl: bool = False
     fprof: np.ndarray = field(init=False)
     first: np.ndarray = field(init=False)
     last: np.ndarray = field(init=False)
@@ -69,6 +78,9 @@ class OpBlock:
     steps: int = field(init=False)
     t_lo: float = field(init=False)
     t_hi: float = field(init=False)
+    _waits: list[tuple[np.ndarray, np.ndarray]] | None = field(
+        init=False, default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         rows = np.arange(len(self.rank))[:, None]
@@ -144,8 +156,98 @@ class OpBlock:
             value[..., TRANSMITTED], value[..., GPU_READY]
         )
         value[..., DONE] = np.minimum(value[..., DONE], value[..., TRANSMITTED])
+        if self.nccl:
+            send = self.fdir[rows] == SEND
+            head = np.minimum(value[..., GPU_READY], value[..., TRANSMITTED] + 1)
+            g_reach = _reach_of(
+                chunks[..., GPU_READY, :],
+                head,
+                cps[..., 0, :],
+                reach_at,
+                reach[..., GPU_READY, :],
+            )
+            reach[..., GPU_READY, :] = np.where(
+                send[..., None], g_reach, reach[..., GPU_READY, :]
+            )
+            value[..., GPU_READY] = np.where(send, head, value[..., GPU_READY])
         last = np.maximum(reach.max(axis=(-1, -2)), posted_last)
         return value, last + delta
+
+    def ready_wait(self, rows: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Seconds each flow of ``rows`` had its head chunk ready and not yet
+        posted, summed over chunks, at times ``t`` (``(m, F)``; 0 on a
+        receive flow).
+
+        NCCL's send proxy posts the chunk at ``transmitted`` once its data is
+        in the FIFO and the transport takes it (``isend``: the receiver's
+        credit, a NIC that accepts it), and every chunk ready behind it right
+        after. So a step's chunks wait once: its first chunk from the later
+        of its data being ready and the previous step's last post until the
+        step's post begins (``_step_waits``), and the head waits again
+        while a stalled proxy holds the step's posts (``holds``); a post that
+        never comes keeps it waiting.
+        """
+        spans = self._step_waits()
+        x = (t[:, None] - self.fdelta[rows])[..., None]
+        total = np.zeros((len(rows), self.nflows))
+        for begin, end in spans:
+            b, e = (a[rows[:, None], self.fprof[rows]] for a in (begin, end))
+            with np.errstate(invalid="ignore"):
+                total += np.clip(np.minimum(x, e) - b, 0.0, None).sum(axis=-1)
+        out: np.ndarray = np.where(self.fdir[rows] == SEND, total, 0.0)
+        return out
+
+    def _step_waits(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row, profile and step, the spans ``[begin, end]`` (s) during
+        which the step's head chunk waited ready (NaN-free; empty: begin =
+        end = inf)."""
+        if self._waits is not None:
+            return self._waits
+        tf = self.times  # (R, P, counter, b/e, S)
+        gb, ge = tf[:, :, GPU_READY, 0], tf[:, :, GPU_READY, 1]
+        tb, te = tf[:, :, TRANSMITTED, 0], tf[:, :, TRANSMITTED, 1]
+        c = self.fcps[:, :1, None].astype(np.float64)  # (R, 1, 1): one per row
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            ready0 = gb + (ge - gb) / c
+            te_prev = np.concatenate(
+                [np.full(te[..., :1].shape, -np.inf), te[..., :-1]], axis=-1
+            )
+            begin = np.where(np.isfinite(ready0), np.maximum(ready0, te_prev), np.inf)
+            begin = np.where(np.isnan(begin), np.inf, begin)
+            end = np.where(np.isfinite(te), np.maximum(ready0, tb), np.inf)
+            end = np.where(np.isnan(end), np.inf, end)
+            spans = [(begin, end)]
+            if self.holds is not None:
+                hb = self.holds[:, :, TRANSMITTED, 0]
+                he = self.holds[:, :, TRANSMITTED, 1]
+                held = np.isfinite(begin) & ~np.isnan(hb) & ~np.isnan(he)
+                spans.append(
+                    (
+                        np.where(held, np.maximum(hb, begin), np.inf),
+                        np.where(held, he, np.inf),
+                    )
+                )
+        self._waits = spans
+        return spans
+
+
+def _reach_of(
+    chunks: np.ndarray,
+    target: np.ndarray,
+    cps: np.ndarray,
+    reach_at: Callable[[np.ndarray], np.ndarray],
+    full: np.ndarray,
+) -> np.ndarray:
+    """Per step, when a counter whose steps hold ``chunks`` reached a total
+    of ``target`` (``-inf``: a step it did not need)."""
+    before = np.cumsum(chunks, axis=-1) - chunks
+    need = np.clip(target[..., None] - before, 0, chunks)
+    share = np.zeros((*need.shape[:-1], 3, need.shape[-1]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share[..., GPU_READY, :] = need / cps
+        at = reach_at(share)[..., GPU_READY, :]
+    out: np.ndarray = np.where(need <= 0, -np.inf, np.where(need >= chunks, full, at))
+    return out
 
 
 def _progress(

@@ -392,4 +392,5 @@ def _block(op: TreeAllreduce, nodes: list[int], r: _Rows) -> OpBlock:
         proc_dead=phys.fx.proc_dead[rank],
         profile=np.repeat(flows[:, None, :, 3], g, 1).reshape(rows, -1),
         posted=np.concatenate([r.posts[i] for i in nodes]),
+        nccl=phys.hw.counters == "nccl",
     )

@@ -69,6 +69,18 @@ class DetectorConfig:
             of its baseline's healthy samples (times ``slow_ratio_min``):
             credit-based counters idle at 0 between bursts of posted slots,
             so the median and MAD alone call every burst a backlog.
+        ready_wait_chunks: The G-T, in chunks, that a send flow's head step
+            waiting ready for a whole sampling interval stands for, on
+            producers that report a send's G at most T + 1 and its ready
+            data's wait as time (the NCCL plugin: NCCL's proxy checks only
+            its head step; ``schemas/ring.md`` §4c). Waiting a share of the
+            interval stands for that share of it (``progress.held_ready``),
+            so every rule that reads a G-T backlog reads the wait too. 8:
+            NCCL_STEPS, the slots the proxy offers the GPU per connection,
+            which a sender whose head cannot go fills while it waits; what
+            the simulator's ``slots`` counters, which show every slot, report
+            as G-T in the same case. Below a share of 1/16 it rounds to 0:
+            ``isend`` itself takes microseconds per step.
         gap_chance_max: A flow's T-D is out of band in a root cause only when
             its count of ops above the band has a binomial tail below this at
             the healthy samples' rate above it (``link_rules._beyond_chance``):
@@ -155,6 +167,7 @@ class DetectorConfig:
     gap_floor_chunks: float = 1.5
     gap_quantile: float = 0.95
     gap_chance_max: float = 0.02
+    ready_wait_chunks: float = 8.0
     hold_min_members: int = 3
     hold_of: int = 32
     hold_need: int = 3

@@ -23,7 +23,7 @@ from mycroft.streams.core.baseline_columns import WARMUP, BaselineColumns, Obser
 from mycroft.streams.core.collective_stat import CollectiveStat, Members
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.detect import DetectContext, new_anomaly
-from mycroft.streams.core.flow_features import sent_and_posted
+from mycroft.streams.core.flow_features import posted_gap, sent_and_posted
 from mycroft.streams.core.hold_back import Hold, advance_holds, op_holds
 from mycroft.streams.core.rows import group_ids, group_medians, stack_rows
 from mycroft.streams.core.scoring import PEERS
@@ -306,8 +306,8 @@ def op_flow_gaps(ctx: DetectContext, stat: CollectiveStat) -> FlowGaps:
     # waits on its receiver's slots, which is no transport backlog.
     reporting = reports[np.searchsorted(ids, rows["peer"])]
     sent, posted = sent_and_posted(rows, recv, reporting)
-    ready = np.minimum(rows["gpu_ready"], posted)
-    ranks, gt = group_medians(rows["rank"], np.maximum(ready - sent, 0.0))
+    gap, _ = posted_gap(rows, sent, posted)
+    ranks, gt = group_medians(rows["rank"], gap)
     _, td = group_medians(rows["rank"], rows["transmitted"] - rows["done"])
     return dict(
         zip(ranks.tolist(), zip(gt.tolist(), td.tolist(), strict=True), strict=True)

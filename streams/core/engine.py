@@ -100,6 +100,7 @@ class Analyzer:
             ProgressStore(
                 self.cfg.history_ns,
                 (self.cfg.transfer_rows_per_rank, self.cfg.transfer_rows_min),
+                self.cfg.ready_wait_chunks,
             ),
             JobTopology(),
             BaselineBook(self.cfg.baseline_window, self.cfg),

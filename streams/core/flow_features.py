@@ -112,8 +112,7 @@ def flow_features(
     # buffers for waits on the sender's transport, the rest on the receiver.
     reporting = None if reports is None else reports[send["peer"]]
     sent, posted = sent_and_posted(send, recv, reporting)
-    ready = send["gpu_ready"].astype(np.float64)
-    wait = np.maximum(ready - posted, 0.0)
+    gap, wait = posted_gap(send, sent, posted)
     group, ngroup, pick = flow, n, None
     if host is not None:
         away = host[first["rank"]] != host[first["peer"]]
@@ -121,7 +120,6 @@ def flow_features(
         key = np.where(away, -1, np.arange(n))
         pick = _key_ids(first["rank"], first["comm"], key)
         group, ngroup = pick[flow], int(pick.max()) + 1
-    gap = np.maximum(ready - sent - wait, 0.0)
     gt = _worst_op(send[run], group[run], ngroup, gap[run])
     td, td_ops = _every_op(
         send[run], group[run], ngroup, _gap(send, "transmitted", "done")[run]
@@ -245,6 +243,51 @@ def sent_and_posted(
     after = np.maximum(r_t[at] - sent[found], 0.0)
     out[found] = r_g[at] - after
     return sent, np.maximum(out, sent)
+
+
+def posted_gap(
+    send: np.ndarray, sent: np.ndarray, posted: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per send snapshot, its ready-not-sent backlog (chunks) split at the
+    receiver's posted buffers (:func:`sent_and_posted`): the part the
+    receiver had posted buffers for, which waits on the sender's transport,
+    and the part that waits on the receiver's credit.
+
+    G - T splits chunk by chunk. The chunks a head step's ready-wait since
+    the flow's previous snapshot stands for (``rw_chunks``,
+    ``progress.held_ready``; a producer whose send G is at most T + 1) are
+    the transport's when the receiver had posted a buffer beyond what was
+    sent both at that previous snapshot and at this one, so the head
+    waited with somewhere to go; otherwise the receiver's credit (an
+    ``isend`` over InfiniBand waits for the receiver's buffer; a credit
+    that arrived within the interval, or within the hosts' clock skew of
+    its end, leaves the wait before it the credit's).
+    """
+    ready = send["gpu_ready"].astype(np.float64)
+    credit = np.maximum(ready - posted, 0.0)
+    gap = np.maximum(ready - sent - credit, 0.0)
+    rw = send["rw_chunks"].astype(np.float64)
+    if not rw.any():
+        return gap, credit
+    buffered = posted > sent
+    before = buffered.copy()
+    order = np.lexsort(
+        (
+            send["tick_ns"],
+            send["seq"],
+            send["comm"],
+            send["channel"],
+            send["peer"],
+            send["rank"],
+        )
+    )
+    key = send[["rank", "peer", "channel", "comm", "seq"]][order]
+    same = key[1:] == key[:-1]
+    before[order[1:][same]] = buffered[order[:-1][same]]
+    transport = buffered & before
+    gap = np.maximum(gap, np.where(transport, rw, 0.0))
+    credit = np.maximum(credit, np.where(transport, 0.0, rw))
+    return gap, credit
 
 
 def _op_medians(

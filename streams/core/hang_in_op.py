@@ -18,6 +18,7 @@ import numpy as np
 from mycroft.schemas.vocab import RECV, SEND, Component
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import buffers_full
+from mycroft.streams.core.progress import held_ready
 from mycroft.streams.core.suspect import Suspect
 from mycroft.streams.core.topology import JobTopology
 
@@ -76,10 +77,12 @@ def frozen_ready_not_sent(flows: np.ndarray, frozen_ns: int) -> np.ndarray:
     (same host clock). In a hang every flow at the blocked point is frozen,
     so any G > T beyond the job's usual pipelining slack (median gap of the
     open send flows, + 1 chunk) is a candidate; whether the cause is local or
-    remote is decided by the receiver's state (``_score_in_op``).
+    remote is decided by the receiver's state (``_score_in_op``). A producer
+    whose send G is at most T + 1 (the NCCL plugin) shows the backlog as its
+    head step's ready-wait (``progress.held_ready``).
     """
     open_send = (flows["dir"] == SEND) & (flows["done"] < flows["total"])
-    gap = flows["gpu_ready"] - flows["transmitted"]
+    gap = held_ready(flows)
     out: np.ndarray = (
         open_send
         & _excess(gap, gap[open_send])

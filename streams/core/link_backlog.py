@@ -37,6 +37,11 @@ from mycroft.streams.core.scoring import MAJORITY, PEERS
 from mycroft.streams.core.suspect import Suspects
 from mycroft.streams.core.transfer_times import NO_PAIRS, PairChanges
 
+BACKLOG = "ready-not-sent backlog (G-T, or the time its head step waited ready)"
+"""How the evidence names it: a producer whose send G is at most T + 1 (the
+NCCL plugin) shows the backlog as the time its head step waited ready
+(``progress.held_ready``)."""
+
 
 def _one_gpu_behind(
     ctx: DetectContext,
@@ -82,9 +87,7 @@ def score_backlog(
     """Name the part the G-T backlog's flows share (module table); ``wire``:
     the cross-host pairs the wire timing measured since the onset."""
     topo, rca = ctx.topo, suspects.rca
-    if drains_into_one_gpu(
-        ctx, suspects, backlog, Rule.PCIE_BACKLOG, "ready-not-sent backlog (G-T)"
-    ):
+    if drains_into_one_gpu(ctx, suspects, backlog, Rule.PCIE_BACKLOG, BACKLOG):
         return
     # NICs whose flows hold far more backlog than the other NICs' are where
     # it builds up; the small backlogs elsewhere wait on them (every flow of
@@ -111,7 +114,7 @@ def score_backlog(
             rule=Rule.SWITCH_BACKLOG,
             why=lambda host, n: (
                 f"{len(backlog)} cross-host flows over {len(nics)} "
-                f"NICs keep a ready-not-sent backlog (G-T), {n} touching host "
+                f"NICs keep a {BACKLOG}, {n} touching host "
                 f"{host}: congestion between hosts, not one NIC"
             ),
         )
@@ -145,7 +148,7 @@ def score_backlog(
                 rule=rule,
                 score=rca.link_score(rule, most),
                 why=f"{most} of {len(backlog)} cross-host flows with a "
-                f"ready-not-sent backlog (G-T) go through NIC {nic[1]} of "
+                f"{BACKLOG} go through NIC {nic[1]} of "
                 f"{nic[0]}, {len(out_of)} sent by it"
                 + (
                     f", all by rank {alone} while its NIC mate sends normally: "
@@ -166,7 +169,7 @@ def score_backlog(
             suspects.at(rank).add(
                 Rule.NIC_PCIE_BACKLOG,
                 f"{most} flows into rank {rank} from {len(senders)} NIC(s) keep "
-                "a ready-not-sent backlog (G-T), no other GPU of its NIC "
+                f"a {BACKLOG}, no other GPU of its NIC "
                 "receiving one: its receive path (PCIe) does not drain",
                 score=rca.link_score(Rule.NIC_PCIE_BACKLOG, most) * share,
             )
@@ -181,7 +184,7 @@ def score_backlog(
                 score=rca.link_score(Rule.NIC_RECEIVE_BACKLOG, most)
                 * (rca.ambiguous_end if tied else 1.0),
                 why=f"{most} cross-host flows into both GPUs of NIC {nic[1]} "
-                f"of {nic[0]} keep a ready-not-sent backlog (G-T): it does "
+                f"of {nic[0]} keep a {BACKLOG}: it does "
                 "not take data in",
             )
 

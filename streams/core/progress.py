@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.lib import recfunctions as rfn
 
 from mycroft.schemas.records import CompletionBatch, NicPort, StateBatch
 from mycroft.schemas.vocab import SEND
@@ -34,9 +35,21 @@ FLAT_FLOW = np.dtype(
         ("transmitted", "<i4"),
         ("done", "<i4"),
         ("last_ns", "<i8"),
+        ("ready_wait_us", "<i4"),
+        ("rw_chunks", "<i4"),
     ]
 )
-"""One flow of one in-flight op at one tick, its op identity repeated."""
+"""One flow of one in-flight op at one tick, its op identity repeated.
+
+``ready_wait_us`` is the producer's cumulative ready-wait time of a send
+flow (``schemas/ring.md`` §4c; 0: not measured); ``rw_chunks`` what the
+growth of it since the flow's previous snapshot stands for in chunks
+(:func:`ready_wait_chunks`), the ready-not-sent backlog a producer that
+reports a send's G at most T + 1 cannot show as G - T (:func:`held_ready`).
+"""
+
+_FLOW_KEY = ("rank", "comm", "seq", "channel", "peer", "dir")
+"""What identifies one flow of one op across snapshots."""
 
 _SLOT_FIELDS = (
     ("rank", "<i4"),
@@ -149,6 +162,7 @@ def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
         flat[name] = fl[name]
     flat["done"] = fl["done"]
     flat["last_ns"] = fl["last_ns"]
+    flat["ready_wait_us"] = np.maximum(fl["ready_wait_us"], 0)
     ops = np.zeros(len(op), dtype=_OP_PLUS)
     for name in ("rank", "comm", "seq", "kind", "bytes", "issue_ns", "start_ns"):
         ops[name] = op[name]
@@ -160,6 +174,70 @@ def flatten_flows(batch: StateBatch) -> tuple[np.ndarray, np.ndarray]:
     ops["prog_ns"] = prog
     ops["tick_ns"] = batch.header.tick_ns
     return ops, flat
+
+
+def held_ready(rows: np.ndarray) -> np.ndarray:
+    """Chunks each flow row holds ready and not sent, as the G-T rules read
+    them: ``G - T``, or what its head's ready-wait stood for since the
+    previous snapshot (``rw_chunks``) when more.
+
+    NCCL's proxy checks readiness only for its head step, so the NCCL
+    plugin's send G is at most T + 1 and a backlog shows as time instead
+    (``schemas/ring.md`` §4c); other producers report G - T and no wait.
+    """
+    gap = rows["gpu_ready"].astype(np.int64) - rows["transmitted"]
+    out: np.ndarray = np.maximum(gap, rows["rw_chunks"])
+    return out
+
+
+def ready_wait_chunks(
+    flat: np.ndarray, prev: np.ndarray, op_start_ns: np.ndarray, chunks: float
+) -> np.ndarray:
+    """``rw_chunks`` of a snapshot's flows: the share of the time since the
+    flow's previous snapshot ``prev`` (the same host's; else since its op's
+    first progress, ``op_start_ns`` per flow row) its head step spent ready
+    and not taken, times ``chunks`` (``DetectorConfig.ready_wait_chunks``),
+    rounded. 0 where the producer measures no ready-wait.
+
+    A head step waiting a whole interval is a full FIFO behind it: the
+    GPU goes on filling the slots the proxy offered it, which is the G - T a
+    producer that sees every slot reports (the simulator's ``slots``
+    counters: up to its 8 slots).
+    """
+    out = np.zeros(len(flat), dtype=np.int32)
+    has = np.flatnonzero(flat["ready_wait_us"] > 0)
+    if not len(has):
+        return out
+    base_ns = op_start_ns[has].astype(np.int64)
+    base_us = np.zeros(len(has), dtype=np.int64)
+    before = prev[prev["dir"] == SEND]
+    if len(before):
+        at, found = _match(flat[has], before)
+        ok = found & (before["tick_ns"][at] < flat["tick_ns"][has])
+        base_ns = np.where(ok, before["tick_ns"][at], base_ns)
+        base_us = np.where(ok, before["ready_wait_us"][at], 0)
+    span_ns = flat["tick_ns"][has] - base_ns
+    waited_ns = (flat["ready_wait_us"][has] - base_us) * 1000
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(
+            (base_ns > 0) & (span_ns > 0), np.clip(waited_ns / span_ns, 0.0, 1.0), 0.0
+        )
+    out[has] = np.rint(share * chunks).astype(np.int32)
+    return out
+
+
+def _match(rows: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index into ``table`` of each row's flow (``_FLOW_KEY``), and whether
+    it has one."""
+    keyed = rfn.repack_fields(table[list(_FLOW_KEY)])
+    want = rfn.repack_fields(rows[list(_FLOW_KEY)]).astype(keyed.dtype)
+    kb = keyed.view(f"V{keyed.dtype.itemsize}")
+    wb = want.view(f"V{keyed.dtype.itemsize}")
+    order = np.argsort(kb, kind="stable")
+    pos = np.searchsorted(kb[order], wb)
+    at = order[np.minimum(pos, len(order) - 1)]
+    found: np.ndarray = (pos < len(order)) & (kb[at] == wb)
+    return at, found
 
 
 def op_flow_index(flat: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
@@ -204,8 +282,10 @@ class ProgressStore:
             DetectorConfig.transfer_rows_per_rank,
             DetectorConfig.transfer_rows_min,
         ),
+        ready_wait_chunks: float = DetectorConfig.ready_wait_chunks,
     ) -> None:
         self.history_ns = history_ns
+        self.ready_wait_chunks = ready_wait_chunks
         self.transfers = TransferTimes(*transfers)
         self.hosts: dict[str, HostState] = {}
         self.slots = np.zeros(0, dtype=SLOT)
@@ -220,6 +300,7 @@ class ProgressStore:
         self.__dict__.update(state)
         self.__dict__.setdefault("ports", PortLog())
         self.__dict__.setdefault("wire", WireWatch())
+        self.__dict__.setdefault("ready_wait_chunks", DetectorConfig.ready_wait_chunks)
 
     def host(self, name: str) -> HostState:
         """Return the state of host ``name``, creating it."""
@@ -281,6 +362,13 @@ class ProgressStore:
             self._fold_rc(hs.rc_slots, rc, tick, hs.index)
         ops, flat = flatten_flows(batch)
         ops["host"] = hs.index
+        if flat["ready_wait_us"].any():
+            starts = np.repeat(ops["start_ns"], np.maximum(batch.op["nflows"], 0))
+            if len(starts) != len(flat):  # a malformed batch kept no flows
+                starts = np.zeros(len(flat), dtype=np.int64)
+            flat["rw_chunks"] = ready_wait_chunks(
+                flat, hs.flows, starts, self.ready_wait_chunks
+            )
         if tick >= hs.last_tick_ns or not hs.batches:
             hs.ops, hs.flows = ops, flat
         if len(flat):

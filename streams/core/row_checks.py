@@ -93,7 +93,7 @@ def flow_codes(flow: np.ndarray, lo: int, hi: int) -> np.ndarray:
     out = np.zeros(len(flow), dtype=np.uint8)
     mark(out, flow["peer"] < 0, Reason.RANK_RANGE)
     bad = (flow["dir"] >= len(DIRECTIONS)) | (flow["channel"] < 0)
-    mark(out, bad, Reason.BAD_CODE)
+    mark(out, bad | (flow["ready_wait_us"] < 0), Reason.BAD_CODE)
     g, t, d = flow["gpu_ready"], flow["transmitted"], flow["done"]
     order = (flow["total"] >= g) & (g >= t) & (t >= d) & (d >= 0)
     mark(out, ~order, Reason.COUNTER_ORDER)

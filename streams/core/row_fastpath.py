@@ -62,6 +62,7 @@ def _flow(flow: np.ndarray, lo: int, hi: int) -> bool:
     return bool(
         _flow_codes_ok(flow)
         and d.min() >= 0
+        and flow["ready_wait_us"].min() >= 0
         and _at_least(flow["total"], g)
         and _at_least(g, t)
         and _at_least(t, d)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import struct
 
 import numpy as np
@@ -160,3 +161,29 @@ def test_a_completion_batch_from_before_wire_times_decodes_with_none_measured() 
     got = Codec().decode(wire)  # the current reader knows the older fingerprint
     assert (got.flow["wire_ns"] == 0).all()
     assert (got.flow["last_ns"] == batch.flow["last_ns"]).all()
+
+
+def test_a_state_batch_from_before_ready_wait_decodes_with_none_measured() -> None:
+    older = SchemaStore()
+    older._current["StateBatch"] = older.register(
+        load_schema_json("history/StateBatch.1.avsc")
+    )
+    batch = next(r for r in all_records() if type(r).__name__ == "StateBatch")
+    assert len(batch.flow)
+    _, datum = Codec().decode_datum(Codec().encode(batch))
+    datum.pop("flow_ready_wait_us")
+    old = Codec(older).encode_datum("StateBatch", datum)
+
+    got = Codec().decode(old)  # the current reader knows the older fingerprint
+    assert (got.flow["ready_wait_us"] == 0).all()
+    assert (got.flow["gpu_ready"] == batch.flow["gpu_ready"]).all()
+
+
+def test_a_state_batch_keeps_its_ready_wait() -> None:
+    batch = next(r for r in all_records() if type(r).__name__ == "StateBatch")
+    flow = batch.flow.copy()
+    flow["ready_wait_us"] = np.arange(len(flow), dtype=np.int32) * 7
+    sent = dataclasses.replace(batch, flow=flow)
+
+    got = Codec().decode(Codec().encode(sent))
+    assert (got.flow["ready_wait_us"] == flow["ready_wait_us"]).all()

@@ -27,8 +27,8 @@ def test_in_flight_op_rows_and_flow_counters() -> None:
     assert rows.op.tolist() == [(3, C, 0, 0, 1, 1, 4096, 100, 200, 2)]
     # flows sorted by (channel, peer, dir); last_ns = last *change*, not last report
     assert rows.flow.tolist() == [
-        (0, 4, 0, 8, 3, 2, 1, 200),
-        (1, 2, 1, 8, 1, 0, 0, 250),
+        (0, 4, 0, 8, 3, 2, 1, 200, 0),  # no FLOW_STEPS: no ready-wait
+        (1, 2, 1, 8, 1, 0, 0, 250, 0),
     ]
     for f in rows.flow:
         assert f["total"] >= f["gpu_ready"] >= f["transmitted"] >= f["done"] >= 0

@@ -65,7 +65,7 @@ def test_tick_makes_state_completion_topology_and_heartbeat(tmp_path: Path) -> N
     beats = [r for r in recs if isinstance(r, Heartbeat)]
     assert any(isinstance(r, Topology) for r in recs)
     assert states[0].op["seq"].tolist() == [1]
-    assert states[0].flow.tolist() == [(0, 4, 0, 2, 1, 0, 0, 8)]
+    assert states[0].flow.tolist() == [(0, 4, 0, 2, 1, 0, 0, 8, 0)]
     assert done[0].op["seq"].tolist() == [0]
     seqs = [r.header.agent_seq for r in states + done]
     assert len(set(seqs)) == len(seqs)

@@ -340,9 +340,11 @@ def _begin(op: Op, r: int) -> int:
 
 
 def _arr(group, rows) -> np.ndarray:
+    """Rows as tuples; columns the tuple leaves out (optional ones) stay 0."""
     a = empty(group, len(rows))
+    width = len(a.dtype.names or ())
     for i, row in enumerate(rows):
-        a[i] = row
+        a[i] = tuple(row) + (0,) * (width - len(row))
     return a
 
 

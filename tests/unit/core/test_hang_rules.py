@@ -105,7 +105,7 @@ def _ring_with_dead_nic(dead: int) -> np.ndarray:
         rows.append((r, prv, RECV, 16, 4 if cut else 12, 4 if cut else 8))
     out = np.zeros(len(rows), dtype=FLAT_FLOW)
     for i, (r, peer, d, g, t, done) in enumerate(rows):
-        out[i] = (TICK_NS, r, RING, 7, 0, peer, d, 16, g, t, done, FROZE_NS)
+        out[i] = (TICK_NS, r, RING, 7, 0, peer, d, 16, g, t, done, FROZE_NS, 0, 0)
     return out
 
 
@@ -285,7 +285,7 @@ def _tree_rows(rows: list[tuple[int, int, int, int, int, int]]) -> np.ndarray:
     16 chunks per flow, 4 receive buffers."""
     out = np.zeros(len(rows), dtype=FLAT_FLOW)
     for i, (r, peer, d, g, t, done) in enumerate(rows):
-        out[i] = (TICK_NS, r, TREE, 5, 0, peer, d, 16, g, t, done, FROZE_NS)
+        out[i] = (TICK_NS, r, TREE, 5, 0, peer, d, 16, g, t, done, FROZE_NS, 0, 0)
     return out
 
 

@@ -184,8 +184,9 @@ def test_noisy_arrivals_without_a_shift_are_silent():
 
 def _flows(rows):
     a = np.zeros(len(rows), FLAT_FLOW)
+    width = len(FLAT_FLOW.names or ())
     for i, r in enumerate(rows):
-        a[i] = r
+        a[i] = tuple(r) + (0,) * (width - len(r))  # no ready-wait measured
     return a
 
 

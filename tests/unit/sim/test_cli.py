@@ -186,3 +186,13 @@ def test_a_run_that_succeeds_leaves_its_two_files_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.trace.gz"]
     assert json.loads(truth.read_text())["duration_s"] == 3.0
     assert len(list(read_records(out))) > 0
+
+
+def test_counters_pick_the_counter_model() -> None:
+    base = ["--ranks", "16", "--tp", "4", "--pp", "2", "--dp", "2"]
+    base += ["--out", "x", "--truth", "t"]
+    for mode in ("fluid", "slots", "nccl"):
+        args = cli.build_parser().parse_args([*base, "--counters", mode])
+        assert cli.config_from(args).hardware.counters == mode
+    default = cli.config_from(cli.build_parser().parse_args(base))
+    assert default.hardware.counters == "fluid"

@@ -3,9 +3,11 @@
 Every behaviour beyond the default (1F1B, clock drift, noise, run-ahead) is
 opt-in; these digests were taken before any of them existed, so a change
 here means the default trace changed and the campaigns' numbers with it.
-Last taken when completed cross-host sends began to carry their time on the
-wire (``wire_ns``, a new column of the completion record: the counters and
-timing of the trace did not change).
+Last taken when the state record gained the optional ``flow_ready_wait_us``
+column (StateBatch.2: a new writer schema fingerprint, and an optional
+column that is zero on every row is now sent empty, CompletionBatch's
+``wire_ns`` included); every decoded row, counter and time of the trace is
+what it was before (checked on both traces by decoding them).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from mycroft.producers.sim.faults import parse_spec
 from mycroft.schemas.codec import Codec
 
 DIGESTS = {
-    "healthy": "b804ad556c3dc245311e9a2e2bf4170eb53c1c78a956997f1c57b58b7bd426d0",
-    "link-flap": "bba34443da2d4bdca2f2f4e5655f59ee76f8afa8ff3930f83873d6f430475684",
+    "healthy": "741534efc10e57385c975282e60617e3d5a6024cf3b00bb2213ea36ba7281294",
+    "link-flap": "8cefefc9528448e07e73786d8c57bc2153a3fd4e57da12411e65f54f3dcc9d83",
 }
 
 
