@@ -93,9 +93,8 @@ def _kafka_security(command: str, argv: Sequence[str]) -> dict[str, str] | None:
     from mycroft.errors import ConfigError  # noqa: PLC0415
     from mycroft.kafka_security import env_prefixes, security_from_argv  # noqa: PLC0415
 
-    section = "" if command == "agent" else command  # the agent: MYCROFT_<KEY>
     try:
-        return security_from_argv(argv, os.environ, env_prefixes(section)).librdkafka()
+        return security_from_argv(argv, os.environ, env_prefixes(command)).librdkafka()
     except ConfigError:
         return None
 

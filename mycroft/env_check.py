@@ -38,10 +38,10 @@ OTHER = frozenset({
 })  # fmt: skip
 """Variables outside any section: the config file, debugging, tests, tools."""
 
-SECURED = ("streams", "sinks", "topics", "incidents", "replay")
+SECURED = ("agent", "streams", "sinks", "topics", "incidents", "replay")
 """Sections whose command reads ``MYCROFT_<SECTION>__<KEY>`` for its Kafka
-security (:func:`mycroft.kafka_security.env_prefixes`); the agent reads
-the shared ``MYCROFT_<KEY>`` only."""
+security, then the shared ``MYCROFT_<KEY>``
+(:func:`mycroft.kafka_security.env_prefixes`)."""
 
 FAMILIES = ("MYCROFT_TORCH_", "MYCROFT_NCCL_", "MYCROFT_KAFKA__")
 """Prefixes read by the tracers in the training process (the torch tracer,

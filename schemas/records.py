@@ -68,6 +68,14 @@ class RankHealth:
     last_write_ns: int
     ring_overwrites: int
     ring_corrupt: int
+    dropped_comms: int = 0
+    """What the writer's own BEAT counted lost or unseen (cumulative; the NCCL
+    plugin's coverage counters, ``schemas/ring.md`` §4c; 0 from older agents)."""
+    dropped_ops: int = 0
+    dropped_flows: int = 0
+    unseen_ops: int = 0
+    abandoned_ops: int = 0
+    orphan_flows: int = 0
 
 
 @dataclass(frozen=True)

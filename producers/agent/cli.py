@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         help="librdkafka setting, e.g. security.protocol=SASL_SSL (repeatable; "
         "env MYCROFT_KAFKA__<KEY>, dots as underscores)",
     )
-    kafka_security.add_flags(p, "MYCROFT_")
+    kafka_security.add_flags(p, kafka_security.env_prefixes("agent"))
     return p
 
 
@@ -75,7 +75,9 @@ def load_settings(argv: Sequence[str], env: Mapping[str, str]) -> config.Setting
         if not sep:
             raise ConfigError(f"--kafka-option {opt.split('=')[0]!r} needs KEY=VALUE")
         kafka[key.strip()] = value
-    security = kafka_security.security_from(vars(args), env, "MYCROFT_", file_security)
+    security = kafka_security.security_from(
+        vars(args), env, kafka_security.env_prefixes("agent"), file_security
+    )
     return mycroft_config.load(
         config.Settings,
         "agent",

@@ -74,7 +74,9 @@ class Settings:
         10.0, "how long SIGTERM waits for deliveries (Ctrl-C: 1 s at most), s"
     )
     metrics_port: int = _s(0, "Prometheus port (0: off)")
-    metrics_addr: str = _s("0.0.0.0", "Prometheus listen address")  # noqa: S104 - a node exporter listens on the node
+    metrics_addr: str = _s(
+        "127.0.0.1", "Prometheus listen address (0.0.0.0: scraped from other hosts)"
+    )
     duration_s: float = _s(0.0, "stop after this long (0: run until SIGTERM)")
     log_level: str = _s("INFO", "DEBUG, INFO, WARNING or ERROR")
     kafka: Mapping[str, str] = field(default_factory=dict)

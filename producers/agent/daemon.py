@@ -1,9 +1,16 @@
 """The agent loop: every tick drain the source, batch, spool and ship.
 
-Per tick (``interval_ms``): fold new ring records, make one ``StateBatch``
-(when any rank is known), one ``CompletionBatch`` (when ops completed), a
-``Topology`` when communicators changed, a ``Heartbeat`` every
-``heartbeat_s``; spool them with the source checkpoint in one write; produce.
+Per tick (``interval_ms``) and per training job on the host: fold new ring
+records, make one ``StateBatch`` (when any rank is known), one
+``CompletionBatch`` (when ops completed), a ``Topology`` when communicators
+changed, a ``Heartbeat`` every ``heartbeat_s``; spool them with the source
+checkpoint in one write; produce.
+
+One agent serves every job on its node: a ring's job is the ``job_id`` its
+writer put in the header (``schemas/ring.md`` §2: ``MYCROFT_JOB_ID`` or the
+launcher's id), else the agent's ``job_id``; an agent started with an
+explicit ``job_id`` other than ``default`` puts every ring under it (the
+override for writers that cannot know their job).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from mycroft.producers.agent.nics import read_ports
 from mycroft.producers.agent.shipper import Shipper
 from mycroft.producers.agent.sources import ReplaySource, RingSource
 from mycroft.producers.agent.spool import Entry
+from mycroft.producers.ring_layout import RingHeader
 from mycroft.producers.tracefile import Frame
 from mycroft.schemas.codec import Codec
 from mycroft.schemas.records import (
@@ -40,6 +48,8 @@ log = logging.getLogger(__name__)
 
 INTERRUPT_FLUSH_S = 1.0
 """Longest wait for deliveries after Ctrl-C (SIGINT), s: stops within 2 s."""
+DEFAULT_JOB_ID = "default"
+"""The agent's job id when none is set: rings then keep their own."""
 
 
 class Agent:
@@ -87,6 +97,10 @@ class Agent:
         self._nic_warned: set[str] = set()
         self.codec = Codec()
         self.agg = Aggregator()
+        """The aggregator of the agent's own ``job_id`` (every ring, when it
+        is an override); other jobs get theirs in ``jobs``."""
+        self.jobs: dict[str, Aggregator] = {job_id: self.agg}
+        self.override = job_id != DEFAULT_JOB_ID
         self.epoch = clock()
         self.seq = 0
         self.records_read = 0
@@ -95,20 +109,28 @@ class Agent:
         self._last_beat = self._last_scan = self._last_commit = 0
         self._started = time.monotonic()
 
-    def _header(self, tick_ns: int) -> BatchHeader:
+    def _header(self, job: str, tick_ns: int) -> BatchHeader:
         self.seq += 1
         return BatchHeader(
-            self.job_id, self.host, self.epoch, self.seq, tick_ns, self.interval_ms
+            job, self.host, self.epoch, self.seq, tick_ns, self.interval_ms
         )
 
-    def _entry(self, record: Record) -> Entry:
+    def _entry(self, record: Record, job: str | None = None) -> Entry:
+        job = self.job_id if job is None else job
         topic = self.topics.for_record(type(record).__name__)
-        key = (
-            f"{self.job_id}/{self.host}"
-            if isinstance(record, Topology)
-            else self.job_id
-        )
-        return Entry(topic, key, self.job_id, self.codec.encode(record))
+        key = f"{job}/{self.host}" if isinstance(record, Topology) else job
+        return Entry(topic, key, job, self.codec.encode(record))
+
+    def job_of(self, header: RingHeader) -> str:
+        """The job a ring's records go to (module docstring)."""
+        return self.job_id if self.override or not header.job_id else header.job_id
+
+    def _route(self, header: RingHeader) -> Aggregator:
+        job = self.job_of(header)
+        if job not in self.jobs:
+            log.info("job %s: first ring on this host (rank %d)", job, header.rank)
+            self.jobs[job] = Aggregator()
+        return self.jobs[job]
 
     def tick(self) -> None:
         """One sampling tick."""
@@ -120,7 +142,10 @@ class Agent:
         )
         if now - self._last_beat >= self.heartbeat_s * 1e9:
             self._last_beat = now
-            entries.append(self._entry(self.heartbeat(self._beat_ns(now))))
+            beat_ns = self._beat_ns(now)
+            for job in self._beating():
+                entries.append(self._entry(self.heartbeat(beat_ns, job), job))
+            self._forget_ended_jobs()
         self.batches_made += len(entries)
         self.shipper.submit(entries, self.source.checkpoint())
         if now - self._last_commit >= 1e9:  # a stale ack cursor only means duplicates
@@ -134,24 +159,37 @@ class Agent:
         assert isinstance(src, RingSource)  # noqa: S101 - narrowed by tick()
         if now - self._last_scan >= 1e9:  # new or removed rings: once a second
             self._last_scan = now
-            src.scan(self.agg)
-        self.records_read += src.drain(self.agg)
-        rows = self.agg.tick()
+            src.scan(self._route)
+        self.records_read += src.drain()
         out: list[Entry] = []
-        if self.agg.topology_changed:
-            self.agg.topology_changed = False
-            out.append(self._entry(self.topology(now)))
-        if len(rows.rc):
-            out.append(
-                self._entry(StateBatch(self._header(now), rows.rc, rows.op, rows.flow))
-            )
-        if len(rows.done_op):
-            out.append(
-                self._entry(
-                    CompletionBatch(self._header(now), rows.done_op, rows.done_flow)
+        for job, agg in self.jobs.items():
+            rows = agg.tick()
+            if agg.topology_changed:
+                agg.topology_changed = False
+                out.append(self._entry(self.topology(now, job), job))
+            if len(rows.rc):
+                header = self._header(job, now)
+                out.append(
+                    self._entry(StateBatch(header, rows.rc, rows.op, rows.flow), job)
                 )
-            )
+            if len(rows.done_op):
+                header = self._header(job, now)
+                done = CompletionBatch(header, rows.done_op, rows.done_flow)
+                out.append(self._entry(done, job))
         return out
+
+    def _beating(self) -> list[str]:
+        """Jobs a heartbeat goes to: the agent's own always, others while
+        they have rings here (one more beat after their last ring went)."""
+        return list(self.jobs)
+
+    def _forget_ended_jobs(self) -> None:
+        """Drop jobs other than the agent's own whose rings are all gone."""
+        for job in [
+            j for j, a in self.jobs.items() if j != self.job_id and not a.ranks
+        ]:
+            log.info("job %s: no ring left on this host", job)
+            del self.jobs[job]
 
     def _replay_tick(self) -> list[Entry]:
         src = self.source
@@ -168,8 +206,11 @@ class Agent:
             for f in frames
         ]
 
-    def topology(self, now: int) -> Topology:
-        """This host's ranks and the communicators each joined (from COMM records)."""
+    def topology(self, now: int, job: str | None = None) -> Topology:
+        """This host's ranks of ``job`` (default: the agent's own) and the
+        communicators each joined (from COMM records)."""
+        job = self.job_id if job is None else job
+        agg = self.jobs[job]
         ranks = tuple(
             RankTopology(
                 st.rank,
@@ -177,16 +218,14 @@ class Agent:
                 "",
                 "",
                 tuple(
-                    CommMembership(
-                        c, cs.name, cs.nranks, cs.comm_rank, self.agg.members(c)
-                    )
+                    CommMembership(c, cs.name, cs.nranks, cs.comm_rank, agg.members(c))
                     for c, cs in sorted(st.comms.items())
                     if cs.nranks > 0
                 ),
             )
-            for st in sorted(self.agg.ranks.values(), key=lambda s: s.rank)
+            for st in sorted(agg.ranks.values(), key=lambda s: s.rank)
         )
-        return Topology(self.job_id, self.host, "", now, ranks)
+        return Topology(job, self.host, "", now, ranks)
 
     def _beat_ns(self, now: int) -> int:
         """A heartbeat's time: now, or replaying a trace, the trace time of
@@ -196,12 +235,16 @@ class Agent:
             return self.source.trace_ns
         return now
 
-    def heartbeat(self, now: int) -> Heartbeat:
-        """Liveness, loss counters (cumulative since ``agent_epoch``), NIC ports."""
+    def heartbeat(self, now: int, job: str | None = None) -> Heartbeat:
+        """Liveness, loss counters (cumulative since ``agent_epoch``), NIC ports
+        of ``job`` (default: the agent's own); the agent's counters are the
+        whole agent's."""
+        job = self.job_id if job is None else job
         sh = self.shipper
-        ranks = self.source.health() if isinstance(self.source, RingSource) else ()
+        src = self.source
+        ranks = src.health(self.jobs[job]) if isinstance(src, RingSource) else ()
         return Heartbeat(
-            self.job_id,
+            job,
             self.host,
             self.epoch,
             now,
@@ -242,6 +285,7 @@ class Agent:
             src.lag_records() if src else 0,
             len(src.readers) if src else 0,
             int(sh.healthy),
+            **{f"writer_{k}": v for k, v in (src.coverage() if src else {}).items()},
         )
 
     def run(

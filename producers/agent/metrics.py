@@ -26,6 +26,14 @@ class Snapshot:
     rings: int
     kafka_up: int
     """1 while the agent ships, 0 while Kafka is unreachable and it spools."""
+    writer_dropped_comms: int = 0
+    """The writers' own BEAT counters, summed over every ring read
+    (``schemas/ring.md`` §4c; the NCCL plugin's coverage)."""
+    writer_dropped_ops: int = 0
+    writer_dropped_flows: int = 0
+    writer_unseen_ops: int = 0
+    writer_abandoned_ops: int = 0
+    writer_orphan_flows: int = 0
 
 
 _COUNTERS = {
@@ -37,6 +45,15 @@ _COUNTERS = {
     "delivery_failures": "failed delivery attempts",
     "ring_overwrites": "ring records overwritten before they were read",
     "ring_corrupt": "ring slots skipped as corrupt",
+    "writer_dropped_comms": "communicators a ring writer could not track (its BEAT)",
+    "writer_dropped_ops": "ops a ring writer could not track (its BEAT)",
+    "writer_dropped_flows": "flows a ring writer could not track (its BEAT)",
+    "writer_unseen_ops": "collectives NCCL ran without telling the profiler plugin "
+    "(its BEAT)",
+    "writer_abandoned_ops": "ops released without completion: communicator destroyed "
+    "or aborted mid-op (its BEAT)",
+    "writer_orphan_flows": "flows NCCL started and never stepped or stopped: CollNet, "
+    "CUDA-memcpy P2P (its BEAT)",
 }
 _GAUGES = {
     "spool_pending": (

@@ -12,12 +12,14 @@ import json
 import logging
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mycroft.errors import ConfigError
 from mycroft.producers.agent.aggregate import Aggregator
 from mycroft.producers.ring import RingReader
+from mycroft.producers.ring_layout import Beat, RingHeader
 from mycroft.producers.sim.cli import build_parser, config_from
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
@@ -29,6 +31,21 @@ log = logging.getLogger(__name__)
 
 def _pid_alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
+
+
+COVERAGE = (
+    "dropped_comms",
+    "dropped_ops",
+    "dropped_flows",
+    "unseen_ops",
+    "abandoned_ops",
+    "orphan_flows",
+)
+"""The writers' BEAT counters of what they lost or could not see."""
+
+Route = Aggregator | Callable[[RingHeader], Aggregator]
+"""Where a ring's records go: one aggregator, or one chosen per ring from its
+header (the agent keeps one per training job: the header's ``job_id``)."""
 
 
 class RingSource:
@@ -52,9 +69,12 @@ class RingSource:
             k: int(v) for k, v in (checkpoint or {}).get("rings", {}).items()
         }
         self._bad: set[str] = set()
+        self._agg: dict[str, Aggregator] = {}  # ring identity -> its job's
+        self.beats: dict[str, Beat] = {}  # ring identity -> its newest BEAT
         self.gone_overwritten = self.gone_corrupt = 0
+        self._gone_coverage = dict.fromkeys(COVERAGE, 0)
 
-    def scan(self, agg: Aggregator) -> None:
+    def scan(self, route: Route) -> None:
         """Open new rings, close rings whose file was removed or replaced."""
         seen: set[str] = set()
         for path in sorted(self.dir.glob(self.glob)):
@@ -70,12 +90,14 @@ class RingSource:
             if reader.identity in self.readers:
                 reader.close()
                 continue
+            agg = route if isinstance(route, Aggregator) else route(reader.header)
             self._open(reader, agg)
         for ident in [i for i in self.readers if i not in seen]:
-            self._drop(ident, agg)
+            self._drop(ident)
 
     def _open(self, reader: RingReader, agg: Aggregator) -> None:
         ident, h = reader.identity, reader.header
+        self._agg[ident] = agg
         agg.add_rank(ident, h.rank, h.pid, h.local_rank)
         reader.seek(reader.oldest_index())
         resume = self._resume.pop(ident, None)
@@ -92,19 +114,27 @@ class RingSource:
         )
         self.readers[ident] = reader
 
-    def _drop(self, ident: str, agg: Aggregator) -> None:
+    def _drop(self, ident: str) -> None:
         reader = self.readers.pop(ident)
         self.gone_overwritten += reader.overwritten
         self.gone_corrupt += reader.corrupt
+        beat = self.beats.pop(ident, None)
+        if beat is not None:
+            for k in COVERAGE:
+                self._gone_coverage[k] += int(getattr(beat, k))
         reader.close()
-        agg.remove_rank(ident)
+        self._agg.pop(ident).remove_rank(ident)
 
-    def drain(self, agg: Aggregator) -> int:
-        """Fold everything new from every ring into ``agg``; return records read."""
+    def drain(self) -> int:
+        """Fold everything new from every ring into its aggregator; return
+        records read."""
         n = 0
         for ident, reader in self.readers.items():
+            agg = self._agg[ident]
             for rec in reader.poll():
                 agg.apply(ident, rec)
+                if isinstance(rec, Beat):
+                    self.beats[ident] = rec
                 n += 1
         return n
 
@@ -112,14 +142,39 @@ class RingSource:
         """Where each ring's reading stands (stored with every spooled tick)."""
         return {"rings": {i: r.next_index for i, r in self.readers.items()}}
 
-    def health(self) -> tuple[RankHealth, ...]:
-        """Per process loss counters for the heartbeat."""
-        return tuple(
-            RankHealth(
-                r.header.rank, r.header.pid, r.last_write_ns, r.overwritten, r.corrupt
+    def health(self, agg: Aggregator | None = None) -> tuple[RankHealth, ...]:
+        """Per process loss counters for the heartbeat (of ``agg``'s rings only,
+        when given): the agent's own and what the writer's BEAT counted."""
+        out = []
+        for ident, r in sorted(self.readers.items(), key=lambda kv: kv[1].header.rank):
+            if agg is not None and self._agg.get(ident) is not agg:
+                continue
+            b = self.beats.get(ident) or Beat(0, -1)
+            out.append(
+                RankHealth(
+                    r.header.rank,
+                    r.header.pid,
+                    r.last_write_ns,
+                    r.overwritten,
+                    r.corrupt,
+                    b.dropped_comms,
+                    b.dropped_ops,
+                    b.dropped_flows,
+                    b.unseen_ops,
+                    b.abandoned_ops,
+                    b.orphan_flows,
+                )
             )
-            for r in sorted(self.readers.values(), key=lambda r: r.header.rank)
-        )
+        return tuple(out)
+
+    def coverage(self) -> dict[str, int]:
+        """The writers' BEAT counters summed over every ring ever read (agent
+        lifetime; a ring that went keeps its last counts)."""
+        return {
+            k: self._gone_coverage[k]
+            + sum(int(getattr(b, k)) for b in self.beats.values())
+            for k in COVERAGE
+        }
 
     def overwritten(self) -> int:
         """Ring overwrites of every ring ever read (agent lifetime)."""

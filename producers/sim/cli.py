@@ -44,7 +44,8 @@ class PacedWriter:
     """Hold each record until its trace time has come in wall-clock time.
 
     ``speed`` is trace seconds per wall second: 0.25 publishes a 24 s trace
-    over 96 s (workers then need ``--trace-speed 0.25``).
+    over 96 s. The workers need no setting for it: their verdicts follow the
+    records' own clock (event time), whatever pace they arrive at.
     """
 
     def __init__(self, inner: RecordWriter, start_ns: int, speed: float = 1.0) -> None:
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="paced: trace s per wall s (below 1 for jobs too large for the "
-        "workers at hand in real time; give the workers the same --trace-speed)",
+        "workers at hand in real time; the workers follow the records' own clock)",
     )
     return p
 

@@ -29,8 +29,8 @@ def test_the_documented_form_is_read_first_then_the_shared_one() -> None:
     assert sec.protocol == "SASL_SSL"
 
 
-@pytest.mark.parametrize("section", ["streams", "sinks", "topics", "incidents",
-                                     "replay"])  # fmt: skip
+@pytest.mark.parametrize("section", ["agent", "streams", "sinks", "topics",
+                                     "incidents", "replay"])  # fmt: skip
 def test_every_command_knows_both_forms_of_its_security(section: str) -> None:
     known = known_variables()
     for name in ("SECURITY_PROTOCOL", "SASL_PASSWORD", "KAFKA_SECURITY_FILE"):
@@ -39,10 +39,10 @@ def test_every_command_knows_both_forms_of_its_security(section: str) -> None:
 
 
 def test_a_form_no_command_reads_is_warned_about() -> None:
-    """The agent reads its security from the shared variables only: its
-    section's form would be ignored, so it is named."""
-    (line,) = unknown_variables({"MYCROFT_AGENT__SECURITY_PROTOCOL": "SSL"})
-    assert "unknown variable MYCROFT_AGENT__SECURITY_PROTOCOL" in line
+    """A section no command has (a misspelled command name) is named."""
+    (line,) = unknown_variables({"MYCROFT_AGNET__SECURITY_PROTOCOL": "SSL"})
+    assert "unknown variable MYCROFT_AGNET__SECURITY_PROTOCOL" in line
+    assert unknown_variables({"MYCROFT_AGENT__SECURITY_PROTOCOL": "SSL"}) == []
 
 
 def test_an_unknown_variable_names_the_closest_known_one() -> None:

@@ -33,7 +33,7 @@ def test_flow_steps_of_a_send_fill_its_ready_wait(tmp_path: Path) -> None:
     w.write(_steps(20, 0, 0, 4, 2700))  # ...while the head step waits longer
     agg, src = Aggregator(), RingSource(tmp_path)
     src.scan(agg)
-    src.drain(agg)
+    src.drain()
 
     rows = agg.tick()
     assert rows.flow[["peer", "dir", "gpu_ready", "ready_wait_us"]].tolist() == [
@@ -59,5 +59,5 @@ def test_rings_without_flow_steps_report_no_ready_wait(tmp_path: Path) -> None:
     w.flow_progress(10, C, 0, 0, 0, 4, 8, 3, 2, 1)
     agg, src = Aggregator(), RingSource(tmp_path)
     src.scan(agg)
-    src.drain(agg)
+    src.drain()
     assert agg.tick().flow["ready_wait_us"].tolist() == [0]
