@@ -1,6 +1,6 @@
 """The ``mycroft`` commands the docs show are commands that work.
 
-Every ``mycroft ...`` command line in README.md, infra/*/README.md,
+Every ``mycroft ...`` command line in every README.md, docs/*.md,
 infra/SECURITY.md and streams/SCALING.md (code spans and shell blocks) is
 checked against the command's own ``--help``: its subcommand exists and it
 takes every flag the line gives. The cheap ones, those that need no broker,
@@ -22,10 +22,16 @@ import pytest
 from mycroft import cli
 
 ROOT = Path(__file__).parents[2]
-DOCS = sorted([
-    ROOT / "README.md", ROOT / "infra" / "SECURITY.md",
-    ROOT / "streams" / "SCALING.md", *ROOT.glob("infra/*/README.md"),
-])  # fmt: skip
+SKIP = {".venv", ".cache", "build", "dist", "node_modules", ".git"}
+DOCS = sorted(
+    p for p in [
+        *ROOT.glob("**/README.md"), *ROOT.glob("docs/*.md"),
+        ROOT / "infra" / "SECURITY.md", ROOT / "streams" / "SCALING.md",
+    ]
+    if not SKIP & set(p.relative_to(ROOT).parts)
+)  # fmt: skip
+"""Every README of the repository, the docs folder, the security and scaling
+guides."""
 SPAN = re.compile(r"`([^`\n]*\bmycroft [^`\n]*)`")
 FENCE = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
