@@ -2,11 +2,21 @@
 
 Every number in RESULTS.md comes from a results file written by a benchmark
 script; nothing is typed in by hand. Run ``./dev bench`` to regenerate all.
+
+Each section says the commit and date it was measured at, and is marked
+stale when a later commit touched the code it measures (``MEASURES``).
+``python bench/report.py --check`` (``./dev bench --check``) lists the stale
+sections and exits 1 when there are any.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +24,7 @@ from render_bad_input import RENDERERS as BAD_INPUT_RENDERERS
 from render_ctrl_c import RENDERERS as CTRL_C_RENDERERS
 from render_general import RENDERERS as GENERAL_RENDERERS
 from render_perf import RENDERERS as PERF_RENDERERS
-from render_perf import fault_table
+from render_perf import Renderer, fault_table
 from render_reliability import RENDERERS as RELIABILITY_RENDERERS
 from render_torch import RENDERERS as TORCH_RENDERERS
 from render_two_stage import RENDERERS as TWO_STAGE_RENDERERS
@@ -223,8 +233,66 @@ RENDERERS = {
 }
 
 
+def _analyze_cost(r: dict[str, Any]) -> list[str]:
+    sizes = sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
+    stages = sorted(
+        {k for _, x in sizes for k in x.get("profiled_cpu_s_by_stage", {})},
+        key=lambda k: -max(x["profiled_cpu_s_by_stage"].get(k, 0) for _, x in sizes),
+    )
+    lines = [
+        "`mycroft analyze TRACE --json` on a healthy simulated job (seed "
+        f"{r['seed']}), timed by `/usr/bin/time` without a profiler (CPU = user + "
+        "sys). Then the same code path under pyinstrument: CPU s by stage, "
+        "each sample charged to the innermost module of a known stage (the "
+        "summaries in `bench/profiles/`).",
+        "",
+        "| ranks | shape | trace s | CPU s / trace s | ranks per core | wall (s) "
+        "| peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size, x in sizes:
+        lines.append(
+            f"| {size} | tp {x['tp']} pp {x['pp']} dp {x['dp']} | {x['trace_s']:g} "
+            f"| {x['cpu_s_per_trace_s']} | {x['ranks_per_core']} | {x['wall_s']} "
+            f"| {x['peak_rss_mb']} |"
+        )
+    if stages:
+        head = " | ".join(f"{size} ranks (CPU s)" for size, _ in sizes)
+        lines += ["", f"| stage (profiled) | {head} |", "|---|" + "---|" * len(sizes)]
+        for k in stages:
+            cells = " | ".join(
+                str(x.get("profiled_cpu_s_by_stage", {}).get(k, 0)) for _, x in sizes
+            )
+            lines.append(f"| {k} | {cells} |")
+    return lines
+
+
+RENDERERS["analyze_cost"] = (
+    "Offline analyzer cost and profile, 1,024 and 2,048 ranks",
+    "python bench/profile_analyze.py",
+    _analyze_cost,
+)
+
 RENDERERS.update(PERF_RENDERERS)
 RENDERERS.update(TORCH_RENDERERS)
+_SIM_SPEED = RENDERERS["sim_speed"]
+
+
+def _sim_speed(r: dict[str, Any]) -> list[str]:
+    lines = _SIM_SPEED[2](r)
+    was, now = r.get("sim_before"), r["sim"]
+    if was:
+        lines += [
+            "",
+            f"CPU of the {now['ranks']}-rank, {now['virtual_s']:g} s run (one "
+            f"core, default config): {was['cpu_s']} s at {was['commit']}, "
+            f"{now['cpu_s']} s at {r.get('commit')} (same machine, same trace "
+            "byte for byte the same); goal <= 20 CPU s.",
+        ]
+    return lines
+
+
+RENDERERS["sim_speed"] = (_SIM_SPEED[0], _SIM_SPEED[1], _sim_speed)
 RENDERERS.update(TWO_STAGE_RENDERERS)
 RENDERERS.update(RELIABILITY_RENDERERS)
 RENDERERS.update(BAD_INPUT_RENDERERS)
@@ -236,22 +304,189 @@ def _generic(r: dict[str, Any]) -> list[str]:
     return ["```json", json.dumps(r, indent=2), "```"]
 
 
+ROOT = BENCH.parent
+_CORE = ("streams/core", "schemas")
+_SIM = ("producers/sim",)
+_WORKER = ("streams", "schemas")
+# Results file (its name, or a prefix ending in "_") -> the source paths
+# whose code its numbers measure. A section is stale when one of these paths
+# changed in a commit that its measurement's commit does not contain.
+MEASURES: dict[str, tuple[str, ...]] = {
+    "agent_footprint": ("producers/agent", "producers/ring.py", "schemas"),
+    "analyze_cost": (*_CORE, "streams/analyze.py", "producers/tracefile.py"),
+    "bad_input": _CORE,
+    "broker_startup": ("infra/kafka", "infra/kafka_broker.py"),
+    "campaign_": (*_CORE, *_SIM, "bench/campaign"),
+    "campaign_live_": (*_WORKER, *_SIM, "producers/replay.py", "bench/campaign"),
+    "ctrl_c": ("mycroft", "streams", "producers"),
+    "gate_cost": _CORE,
+    "ingest_cost": _CORE,
+    "message_size": ("schemas", "producers/agent"),
+    "nccl_plugin_overhead": ("producers/nccl",),
+    "rca_cost": _CORE,
+    "sim_speed": _SIM,
+    "snapshot_cost": (*_CORE, "streams/snapshot_pickle.py"),
+    "streams_throughput": _WORKER,
+    "torch_": ("producers/torch", "streams/flight_recorder.py"),
+    "two_stage": _WORKER,
+    "verdict_equality": (*_WORKER, "mycroft/verdict.py", "producers/replay.py"),
+    "worker_saturation": _WORKER,
+}
+_HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+
+
+def measures(name: str) -> tuple[str, ...]:
+    """Source paths the results file ``name`` measures (longest key wins)."""
+    keys = [
+        k
+        for k in MEASURES
+        if name == k or name.startswith(k if k.endswith("_") else k + "_")
+    ]
+    return MEASURES[max(keys, key=len)] if keys else ()
+
+
+class Git:
+    """The few git questions the check asks, answered in ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._cache: dict[tuple[str, ...], str | None] = {}
+
+    def out(self, *args: str) -> str | None:
+        """Stdout of ``git ARGS`` (stripped), or None when it fails."""
+        if args not in self._cache:
+            p = subprocess.run(
+                ["git", *args],
+                cwd=self.root,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            self._cache[args] = p.stdout.strip() if p.returncode == 0 else None
+        return self._cache[args]
+
+    def commit(self, ref: str) -> str | None:
+        """Full hash of ``ref`` when it names a commit of this repository."""
+        return self.out("rev-parse", "--verify", "--quiet", ref + "^{commit}") or None
+
+    def last(self, paths: tuple[str, ...], fmt: str = "%H") -> str | None:
+        """``fmt`` of the last commit that touched code (not docs) in ``paths``."""
+        code = (*paths, ":(exclude,glob)**/*.md")
+        return self.out("log", "-1", f"--format={fmt}", "--", *code) or None
+
+    def contains(self, commit: str, ancestor: str) -> bool:
+        """Whether ``commit``'s history includes ``ancestor``."""
+        p = subprocess.run(
+            ["git", "merge-base", "--is-ancestor", ancestor, commit],
+            cwd=self.root,
+            capture_output=True,
+            check=False,
+        )
+        return p.returncode == 0
+
+    def modified(self, path: str) -> bool:
+        """Whether ``path`` is untracked or differs from HEAD."""
+        return bool(self.out("status", "--porcelain", "--", path))
+
+
+@dataclass
+class Stamp:
+    """When one section was measured, and whether its code moved on since."""
+
+    label: str  # the measurement's commit, as the results file gives it
+    date: str
+    stale_since: str | None = None  # last commit touching its sources, if newer
+    stale_date: str = ""
+    sources: tuple[str, ...] = ()
+
+
+def stamp(name: str, data: Any, path: Path, git: Git) -> Stamp:
+    """Stamp results file ``path`` (named ``name``, holding ``data``)."""
+    rel = str(path.relative_to(git.root))
+    doc = data if isinstance(data, dict) else {}
+    label = str(doc.get("commit") or "")
+    fresh_file = git.modified(rel)
+    tokens = list(dict.fromkeys(_HEX.findall(label)))
+    if len(tokens) > 1 and not _HEX.sub("", label).strip(", "):
+        label = ", ".join(tokens)  # a list of commits: each once
+    commits = [c for tok in tokens if (c := git.commit(tok))]
+    if not commits and not fresh_file:
+        # no usable commit field: the commit that added this version of the file
+        if (c := git.last((rel,))) is not None:
+            commits, label = [c], label or f"{c[:10]} (committed with)"
+    date = str(doc.get("date") or "")
+    if not date and (m := _DATE.search(label)):
+        date = m.group(0)
+    if not date and not fresh_file:
+        date = git.last((rel,), "%cs") or ""
+    if not date:
+        mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+        date = mtime.strftime("%Y-%m-%d")
+    st = Stamp(label=label or "the working tree", date=date, sources=measures(name))
+    last = git.last(st.sources) if st.sources else None
+    if last is not None and any(not git.contains(c, last) for c in commits):
+        st.stale_since = last
+        st.stale_date = git.last(st.sources, "%cs") or ""
+    return st
+
+
+def stamp_lines(st: Stamp) -> list[str]:
+    """The section's 'measured at' line, and its stale note if any."""
+    lines = [f"Measured at {st.label}, {st.date}.", ""]
+    if st.stale_since:
+        lines += [
+            f"> **Stale:** {', '.join(st.sources)} changed after this measurement "
+            f"(last in {st.stale_since[:10]}, {st.stale_date}); rerun the command.",
+            "",
+        ]
+    return lines
+
+
+def stamps(results: Path = RESULTS, root: Path = ROOT) -> dict[str, Stamp]:
+    """Every results file's stamp, by name."""
+    git = Git(root)
+    return {
+        p.stem: stamp(p.stem, json.loads(p.read_text()), p, git)
+        for p in sorted(results.glob("*.json"))
+    }
+
+
+def _section(name: str, data: Any) -> Renderer:
+    """Title, command and renderer of results file ``name``."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    if name.startswith("campaign_general_") and "halves" in data:
+        # a general campaign run on chosen settings: its command and note say which
+        half = GENERAL_RENDERERS["campaign_general_report"][2]
+        what = name.removeprefix("campaign_general_").replace("_", " ")
+        return (
+            f"General campaign: {what}",
+            data.get("command", "python bench/campaign_general.py"),
+            lambda r: [r.get("note", ""), "", *half(r)],
+        )
+    return (name, f"python bench/{name}.py", _generic)
+
+
 def render() -> str:
     lines = [
         "# Benchmark results",
         "",
         "Generated by `python bench/report.py` from `bench/results/*.json`. "
         "`./dev bench` reruns the quick benchmarks and this page; each section "
-        "gives the command that regenerates it (the campaigns take hours).",
+        "gives the command that regenerates it (the campaigns take hours), the "
+        "commit and date it was measured at, and a note where the code it "
+        "measures changed since (`./dev bench --check` lists those).",
         "",
     ]
+    marks = stamps()
     for path in sorted(RESULTS.glob("*.json")):
         name = path.stem
-        title, command, fn = RENDERERS.get(
-            name, (name, f"python bench/{name}.py", _generic)
-        )
+        data = json.loads(path.read_text())
+        title, command, fn = _section(name, data)
         lines += [f"## {title}", "", f"Command: `{command}`", ""]
-        lines += fn(json.loads(path.read_text()))
+        lines += stamp_lines(marks[name])
+        lines += fn(data)
         lines += [""]
     history = BENCH / "history.md"  # hand-written, dated: kept as it is
     if history.exists():
@@ -259,5 +494,20 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def check() -> int:
+    """Print the stale sections; 1 when there are any."""
+    stale = {n: s for n, s in stamps().items() if s.stale_since}
+    for name, st in stale.items():
+        since = f"{(st.stale_since or '')[:10]} ({st.stale_date})"
+        print(
+            f"stale: {name} measured at {st.label} ({st.date}); "
+            f"{', '.join(st.sources)} changed in {since}"
+        )
+    print(f"{len(stale)} stale section(s)" if stale else "no stale sections")
+    return 1 if stale else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        raise SystemExit(check())
     (BENCH / "RESULTS.md").write_text(render())

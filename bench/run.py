@@ -2,6 +2,8 @@
 
 Runs each named benchmark script (all by default) with its checked-in output
 path, then rewrites ``bench/RESULTS.md`` from every ``bench/results/*.json``.
+``./dev bench --check`` reruns nothing: it lists the sections measured before
+the last change to the code they measure, and exits 1 when there are any.
 """
 
 from __future__ import annotations
@@ -23,10 +25,14 @@ BENCHMARKS: dict[str, list[str]] = {
     "snapshot_cost": [],
     "agent_footprint": ["--out", "bench/results/agent_footprint.json"],
     "streams_throughput": ["--out", "bench/results/streams_throughput.json"],
+    "profile_analyze": [],  # writes analyze_cost.json and bench/profiles/
 }
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--check"]:
+        report = [sys.executable, str(BENCH / "report.py"), "--check"]
+        return subprocess.run(report, cwd=BENCH.parent, check=False).returncode
     names = argv or list(BENCHMARKS)
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:

@@ -4,7 +4,11 @@
 Each part runs in its own process so its peak RSS is its own. Writes
 ``bench/results/sim_speed.json``. Usage::
 
-    python bench/sim_speed.py [--duration 60] [--load-ticks 50]
+    python bench/sim_speed.py [--duration 60] [--load-ticks 50] [--before FILE]
+
+``--before FILE`` keeps, beside the new numbers, part (a) as measured on
+earlier code: the JSON line ``python bench/sim_speed.py --part sim`` printed
+there, with ``"commit"`` added to say which.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mycroft.producers.sim.config import SimConfig
@@ -87,11 +92,26 @@ def part_load(ticks: int) -> dict[str, object]:
     }
 
 
+def _commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(
+            ["git", *a],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=RESULTS.parents[2],
+        ).stdout.strip()
+
+    changed = git("status", "--porcelain", "--", "producers/sim")
+    return git("rev-parse", "--short=10", "HEAD") + ("+changes" if changed else "")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--duration", type=float, default=60.0)
     p.add_argument("--load-ticks", type=int, default=50)
     p.add_argument("--part", choices=["sim", "load"])
+    p.add_argument("--before", type=Path, help="part (a) measured on earlier code")
     args = p.parse_args()
     if args.part == "sim":
         print(json.dumps(part_sim(args.duration)))
@@ -100,7 +120,12 @@ def main() -> int:
         print(json.dumps(part_load(args.load_ticks)))
         return 0
     env = os.environ | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    out: dict[str, object] = {}
+    out: dict[str, object] = {
+        "commit": _commit(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+    }
+    if args.before:
+        out["sim_before"] = json.loads(args.before.read_text())
     for part in ("sim", "load"):
         cmd = [
             "taskset",

@@ -187,8 +187,8 @@ class Physics:
             db = np.maximum(tb + lat, de)
             de = np.maximum(te + lat, db)
             de = np.where(de > pdead_dst, np.inf, de)
-            out[..., k] = _intervals((gb, ge), (tb, te), (db, de))
-            holds[..., k] = _intervals(_NONE, (hb, he), (hb + lat, he + lat))
+            _put(out, k, (gb, ge), (tb, te), (db, de))
+            _put(holds, k, _NONE, (hb, he), (hb + lat, he + lat))
         return out, np.repeat(peer_start[..., None], steps, -1), holds
 
     def _slot_steps(
@@ -243,8 +243,8 @@ class Physics:
             de = np.maximum(we + lat, db)
             de = np.where(de > pdead_dst, np.inf, de)
             gb_prev = gb
-            out[..., k] = _intervals((gb, ge), (tb, te), (db, de))
-            holds[..., k] = _intervals(_NONE, (hb, he), (wh + lat, wl + lat))
+            _put(out, k, (gb, ge), (tb, te), (db, de))
+            _put(holds, k, _NONE, (hb, he), (wh + lat, wl + lat))
         return out, posted, holds
 
     def p2p(self, req: OpRequest) -> OpBlock:
@@ -344,15 +344,12 @@ _NONE = (np.nan, np.nan)
 """No outage inside a counter's interval (``OpBlock.holds``)."""
 
 
-def _intervals(*pairs: tuple[Any, Any]) -> np.ndarray:
-    """``(..., 3, 2)``: ``[b, e]`` of G, T and D, each the shape of T's."""
-    shape = np.shape(pairs[1][0])
-    ends = [
-        np.broadcast_to(np.asarray(x, dtype=np.float64), shape)
-        for p in pairs
-        for x in p
-    ]
-    return np.stack([np.stack(ends[i : i + 2], -1) for i in (0, 2, 4)], -2)
+def _put(out: np.ndarray, k: int, *pairs: tuple[Any, Any]) -> None:
+    """Write step ``k`` of ``out`` ``(..., 3, 2, steps)``: ``[b, e]`` of G, T
+    and D, each broadcast to the leading shape."""
+    for i, (b, e) in enumerate(pairs):
+        out[..., i, 0, k] = b
+        out[..., i, 1, k] = e
 
 
 def _cps(step_bytes: np.ndarray, channels: int, chunk: int) -> np.ndarray:

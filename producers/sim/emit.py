@@ -245,9 +245,9 @@ class Emitter:
         slot: the later of G's end and T's start) to done (D's end), summed
         over the steps. Receive flows and flows within a host get 0: NCCL
         times only the network transport's sends that way."""
-        tf = b.times[rows[:, None], b.fprof[rows]]  # (m, F, counter, b/e, step)
-        posted = np.maximum(tf[..., GPU_READY, 1, :], tf[..., TRANSMITTED, 0, :])
-        wire = np.maximum(tf[..., DONE, 1, :] - posted, 0.0).sum(axis=-1)
+        r, p = rows[:, None], b.fprof[rows]  # each (m, F, step): only what it uses
+        posted = np.maximum(b.times[r, p, GPU_READY, 1], b.times[r, p, TRANSMITTED, 0])
+        wire = np.maximum(b.times[r, p, DONE, 1] - posted, 0.0).sum(axis=-1)
         peer = np.clip(b.fpeer[rows], 0, len(self.layout.host_of) - 1)
         net = (b.fdir[rows] == SEND) & (
             self.layout.host_of[peer] != b.host[rows][:, None]

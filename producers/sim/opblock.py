@@ -261,7 +261,7 @@ def _progress(
     ``[hb, he]`` (NaN: moving throughout), and the inverse: when a share was
     reached."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        if hb is None or he is None:
+        if hb is None or he is None or _no_holds(b, e, hb, he):
             frac = np.where(x >= e, 1.0, np.where(x > b, (x - b) / (e - b), 0.0))
             return frac, lambda share: b + share * (e - b)
         lo = np.where(np.isnan(hb), b, np.clip(hb, b, e))
@@ -281,3 +281,15 @@ def _progress(
         return out
 
     return frac, reached
+
+
+def _no_holds(b: np.ndarray, e: np.ndarray, hb: np.ndarray, he: np.ndarray) -> bool:
+    """Whether ``_progress`` may skip the outages: there are none, and every
+    interval's ends give the plain share the same numbers (no NaN, no
+    ``-inf`` start), the common case of a healthy op."""
+    return bool(
+        np.isnan(hb).all()
+        and np.isnan(he).all()
+        and not np.isnan(e).any()
+        and not (np.isnan(b) | np.isneginf(b)).any()
+    )

@@ -3,11 +3,13 @@
 Every behaviour beyond the default (1F1B, clock drift, noise, run-ahead) is
 opt-in; these digests were taken before any of them existed, so a change
 here means the default trace changed and the campaigns' numbers with it.
-Last taken when the state record gained the optional ``flow_ready_wait_us``
-column (StateBatch.2: a new writer schema fingerprint, and an optional
-column that is zero on every row is now sent empty, CompletionBatch's
-``wire_ns`` included); every decoded row, counter and time of the trace is
-what it was before (checked on both traces by decoding them).
+Last taken when the heartbeat's ``RankHealth`` gained the writers' coverage
+counters (Heartbeat.3, defaults 0: a new writer schema fingerprint); encoding
+the heartbeats with Heartbeat.2 instead gives the previous digests
+(``741534ef...``, ``8cefefc9...``), so nothing else in the trace changed.
+Before that, when the state record gained the optional ``flow_ready_wait_us``
+column (StateBatch.2; an optional column that is zero on every row is now
+sent empty), every decoded row, counter and time was checked unchanged.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from mycroft.producers.sim.faults import parse_spec
 from mycroft.schemas.codec import Codec
 
 DIGESTS = {
-    "healthy": "741534efc10e57385c975282e60617e3d5a6024cf3b00bb2213ea36ba7281294",
-    "link-flap": "8cefefc9528448e07e73786d8c57bc2153a3fd4e57da12411e65f54f3dcc9d83",
+    "healthy": "4a9687dec05ec1d9bca4b73c1e79cde208b546605e75c88ec660878635a13de4",
+    "link-flap": "e07d640017455476f090e6bdd2ff7d734a268c8fe3545fcef49e5e0357bbd825",
 }
 
 
