@@ -134,6 +134,15 @@ RENDERERS = {
         "opens the incident)",
         _equality,
     ),
+    "verdict_equality_nccl": (
+        "Live verdicts against mycroft analyze on the NCCL-observable counters",
+        "python bench/verdict_equality.py --setting 1f1b-2x4x4-h4-nccl --seeds 1 "
+        "--first-seed 1 --faults proxy-delay,gpu-hang,nic-bandwidth --healthy-runs 1 "
+        "--modes speed1,fast --concurrency 4 "
+        "--out bench/results/verdict_equality_nccl.json (send G <= T+1 and the "
+        "ready-wait time, as the NCCL plugin reports them)",
+        _equality,
+    ),
     "worker_saturation_loaded": (
         "Stream worker overload, rerun on a loaded machine (64-rank jobs)",
         "python bench/worker_saturation.py --ramp 2,4,6,8,10 --duration 30 "
