@@ -1064,10 +1064,9 @@ static ncclResult_t finalize_common(void *ctx) {
   pthread_mutex_lock(&g.tick_lock);
   tick(1, c);
   write_beat(c->dev, now_ns()); /* the counters as they stand when the communicator goes */
-  pthread_mutex_unlock(&g.tick_lock);
-  pthread_mutex_lock(&g.dev_lock);
+  /* freed under the tick lock: a tick never reads a slot that a new init is resetting */
   atomic_store_explicit(&c->state, FREE, memory_order_release);
-  pthread_mutex_unlock(&g.dev_lock);
+  pthread_mutex_unlock(&g.tick_lock);
   return ncclSuccess;
 }
 
