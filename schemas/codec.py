@@ -17,7 +17,7 @@ from __future__ import annotations
 import io
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -27,7 +27,7 @@ from fastavro.schema import to_parsing_canonical_form
 from mycroft.errors import DecodeError, EncodeError, SchemaError
 from mycroft.schemas.convert import from_datum, to_datum
 from mycroft.schemas.fingerprint import crc64_avro
-from mycroft.schemas.records import Record
+from mycroft.schemas.records import Record, RootCause
 
 MAGIC = b"\xc3\x01"
 HEADER_LEN = 10
@@ -190,8 +190,20 @@ class Codec:
         """Decode wire bytes to a record (see :meth:`decode_datum` for errors)."""
         name, datum = self.decode_datum(data)
         try:
-            return from_datum(name, datum)
+            record = from_datum(name, datum)
         except DecodeError:
             raise
         except (KeyError, ValueError, TypeError) as exc:
             raise DecodeError("invalid", f"{name}: {exc!r}") from exc
+        legacy = data is not None and "state" not in self._writer_fields(data)
+        if isinstance(record, RootCause) and legacy:
+            # A RootCause.1-3 writer never sends a closing revision.
+            return replace(record, states_closure=False)
+        return record
+
+    def _writer_fields(self, data: bytes | bytearray | memoryview) -> frozenset[str]:
+        """Field names of the writer schema of wire bytes already decoded."""
+        (fp,) = struct.unpack_from("<Q", data, 2)
+        writer = self.store.writer(fp)
+        fields = writer.parsed.get("fields", ()) if writer is not None else ()
+        return frozenset(f["name"] for f in fields)

@@ -31,7 +31,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.schemas.vocab import Component, FaultKind, IncidentState
 
 Datum = dict[str, Any]
 
@@ -313,6 +313,9 @@ def _rootcause_datum(rc: RootCause) -> Datum:
         "detection_latency_ms": (rc.detected_ns - rc.onset_ns) / 1e6,
         "rca_latency_ms": (rc.resolved_ns - rc.detected_ns) / 1e6,
         "emitted_wall_ns": rc.emitted_wall_ns,
+        "state": rc.state.value,
+        "closed_ns": rc.closed_ns,
+        "close_reason": rc.close_reason,
     }
 
 
@@ -331,6 +334,9 @@ def _rootcause(d: Datum) -> RootCause:
         detected_ns=d["detected_ns"],
         resolved_ns=d["resolved_ns"],
         emitted_wall_ns=d["emitted_wall_ns"],
+        state=IncidentState(d["state"]),
+        closed_ns=d["closed_ns"],
+        close_reason=d["close_reason"],
     )
 
 

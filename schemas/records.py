@@ -21,7 +21,7 @@ from mycroft.schemas.columns import (
     RC_COLUMNS,
     empty,
 )
-from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.schemas.vocab import Component, FaultKind, IncidentState
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,14 @@ class Evidence:
 
 @dataclass(frozen=True)
 class RootCause:
-    """The resolution of one incident. Revisions of an incident replace each other."""
+    """The resolution of one incident. Revisions of an incident replace each other.
+
+    The revision that closes an incident repeats the latest answer with
+    ``state`` closed, ``closed_ns`` (trace clock) and ``close_reason``
+    (RootCause.4 on). ``states_closure`` is not on the wire: False when the
+    writer predates RootCause.4 and so never sends a closing revision;
+    readers then fall back to their TTL.
+    """
 
     incident_id: str
     revision: int
@@ -256,6 +263,15 @@ class RootCause:
     detected_ns: int
     resolved_ns: int
     emitted_wall_ns: int = 0
+    state: IncidentState = IncidentState.OPEN
+    closed_ns: int | None = None
+    close_reason: str | None = None
+    states_closure: bool = True
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether this revision closes its incident."""
+        return self.state is IncidentState.CLOSED
 
     @property
     def detection_latency_s(self) -> float:

@@ -68,6 +68,13 @@ class FaultKind(StrEnum):
     MISMATCH = "mismatch"
 
 
+class IncidentState(StrEnum):
+    """Where an incident stands on one of its root-cause revisions."""
+
+    OPEN = "open"
+    CLOSED = "closed"  # its last revision: nothing fired for incident_quiet_s
+
+
 SEND = DIRECTIONS.index("send")
 RECV = DIRECTIONS.index("recv")
 

@@ -2,8 +2,10 @@
 
 An :class:`IncidentTracker` folds the anomalies firing at each evaluation
 into the job's open incident (a new one opens when none is open), closes it
-once nothing fired for ``incident_quiet_s`` (a fault after that opens a new
-one), and refreshes its root cause through an :data:`Explainer` handed in:
+once nothing fired for ``incident_quiet_s`` of event time (a fault after that
+opens a new one) and publishes the closure: its latest root cause sent again
+as the next revision with state closed (:meth:`IncidentTracker.closing`),
+and refreshes its root cause through an :data:`Explainer` handed in:
 the single-stage ``Analyzer`` explains from its own flows and collectives,
 the two-stage ``JobResolver`` from its comm groups' summaries. Whether a
 refreshed answer is published as a new revision is one pure function,
@@ -13,13 +15,13 @@ refreshed answer is published as a new revision is one pure function,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TypeAlias
 
 from mycroft.schemas.records import Anomaly, Culprit, Evidence, RootCause
 from mycroft.schemas.text import comm_hex
-from mycroft.schemas.vocab import FaultKind
+from mycroft.schemas.vocab import FaultKind, IncidentState
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.culprit_scope import scope_culprits
 from mycroft.streams.core.rca_config import DEFAULT_RCA
@@ -203,6 +205,7 @@ class Incident:
     published: Verdict | None = None
     proposed: Verdict | None = None  # the last round's answer, published or not
     rca_period_ns: int = REEVAL_NS  # see next_period
+    root_cause: RootCause | None = None  # the latest revision published
 
     @property
     def since_ns(self) -> int:
@@ -261,7 +264,8 @@ class IncidentTracker:
             and now_ns - inc.last_active_ns > self.cfg.incident_quiet_s * 1e9
         ):
             self.closed.append(inc)
-            self.incident = inc = None
+            self.incident = None
+            out.extend(self.closing(inc, now_ns))
         for a in found:
             if a.anomaly_id in self.emitted or not self._novel(a):
                 continue
@@ -276,6 +280,29 @@ class IncidentTracker:
                 out.append(a)
         rc = self._resolve(now_ns, explain, port_turn, refresh=refresh)
         return out + ([rc] if rc is not None else [])
+
+    def closing(self, inc: Incident, now_ns: int) -> list[RootCause]:
+        """The revision that closes ``inc`` at event time ``now_ns``: its
+        latest root cause again, next revision, state closed; none when no
+        root cause was published for it or it is closed already.
+
+        Everything in it comes from the records (the incident's last anomaly
+        and ``now_ns``), so a replay closes at the same revision and time.
+        """
+        rc = inc.root_cause
+        if rc is None or rc.is_closed:
+            return []
+        quiet_s = (now_ns - inc.last_active_ns) / 1e9
+        inc.revision += 1
+        inc.root_cause = replace(
+            rc,
+            revision=inc.revision,
+            state=IncidentState.CLOSED,
+            closed_ns=now_ns,
+            close_reason=f"quiet for {quiet_s:.1f} s of event time "
+            f"(incident_quiet_s {self.cfg.incident_quiet_s:g})",
+        )
+        return [inc.root_cause]
 
     def _novel(self, a: Anomaly) -> bool:
         inc = self.incident
@@ -323,7 +350,7 @@ class IncidentTracker:
         if decision is Decision.KEEP:
             return None
         inc.published, inc.kind, inc.revision = proposed, kind, inc.revision + 1
-        return RootCause(
+        inc.root_cause = RootCause(
             incident_id=inc.incident_id,
             revision=inc.revision,
             job_id=self.job_id,
@@ -337,6 +364,7 @@ class IncidentTracker:
             detected_ns=inc.detected_ns,
             resolved_ns=now_ns,
         )
+        return inc.root_cause
 
 
 def _incident_id(a: Anomaly) -> str:
