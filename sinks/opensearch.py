@@ -10,6 +10,11 @@ root cause's ``_id`` is its ``incident_id``, indexed with external versioning
 (``version = revision``, ``version_type = external_gte``). A revision replaces
 the one before it, a re-delivered revision replaces itself, and an older
 revision that arrives late is refused by the server (409) and ignored here.
+
+The revision that closes an incident (RootCause.4 on) is the next revision,
+so it replaces the open document: ``state`` reads ``closed`` with
+``closed_ns`` and ``close_reason``, and a late open revision cannot undo it.
+Documents of older writers have ``state`` ``open`` and never close.
 """
 
 from __future__ import annotations
@@ -85,6 +90,9 @@ MAPPINGS: dict[str, dict[str, Any]] = {
         "resolved_ns": _LONG,
         "detection_latency_s": {"type": "float"},
         "rca_latency_s": {"type": "float"},
+        "state": _KEYWORD,
+        "closed_ns": _LONG,
+        "close_reason": {"type": "text"},
     },
 }
 """Explicit field mappings per index kind (plus :data:`_COMMON`)."""
@@ -307,6 +315,7 @@ def bulk_action(
         anomaly = {"_index": f"{index_prefix}-anomalies", "_id": record.anomaly_id}
         return {"index": anomaly}, doc
     if isinstance(record, RootCause):
+        del doc["states_closure"]  # what the decoder saw of the writer
         doc["rca_latency_s"] = record.rca_latency_s
         doc["best"] = doc["culprits"][0] if doc["culprits"] else None
         meta: dict[str, Any] = {

@@ -34,14 +34,23 @@ wording may change between revisions without changing the identity of the
 culprit series, and the number of series stays one per open incident
 whatever the text.
 
-Ends: the records carry no "resolved" flag. An incident closes
+Ends: an incident closes
 
+* on its **closed revision** (RootCause.4 on: the worker sends the latest
+  answer again with ``state`` closed once nothing fired for
+  ``incident_quiet_s`` of event time). Its per-incident series are removed,
+  not zeroed, and ``mycroft_incidents_open`` goes down, so
+  ``MycroftIncidentOpen`` resolves at the next rule evaluation. A later,
+  re-delivered open revision of it does not reopen it;
 * when its **job ends**: no record of the job (heartbeat, anomaly, root
   cause) for ``job_end_s`` seconds. Agents heartbeat every second per host,
   also while the job hangs, so a silent job has stopped or lost its agents.
   Every series of the job is then removed (its history stays in Prometheus);
-* when it saw no new revision for ``incident_ttl_s`` (a fault that cleared
-  while the job ran on, which the topics never announce);
+* when it saw no new revision for ``incident_ttl_s``, only for records of a
+  RootCause.1-3 writer (``RootCause.states_closure`` False), which never
+  sends a closed revision: a fault that cleared while the job ran on is
+  never announced by such a writer. An incident of a newer writer stays
+  open however long it lasts without a revision;
 * or when :meth:`PrometheusSink.close_incident` is called.
 
 A job's counters start at zero when the job is first seen, so that
@@ -95,6 +104,7 @@ METRIC_NAMES = (
 """Every metric family this sink defines (the dashboard test checks against it)."""
 
 _SEEN_ANOMALIES = 65_536  # dedup window of re-delivered anomaly ids
+_ENDED_INCIDENTS = 65_536  # closed incidents remembered against re-delivery
 _KINDS = tuple(k.value for k in FaultKind)
 
 
@@ -108,6 +118,7 @@ class _Open:
     info: tuple[str, ...]  # label values of the info series, INFO_LABELS order
     reason: str
     updated_s: float
+    ttl: bool  # its writer never sends a closed revision: the TTL closes it
 
 
 class PrometheusSink:
@@ -115,8 +126,9 @@ class PrometheusSink:
 
     Args:
         registry: where the metrics are registered; one per sink (and per test).
-        incident_ttl_s: an incident without a new revision for this many
-            seconds is closed and its per-incident series removed.
+        incident_ttl_s: an incident of a writer that never sends a closed
+            revision (RootCause.1-3) is closed after this many seconds
+            without a new revision, and its per-incident series removed.
         job_end_s: a job without any record for this many seconds has ended:
             its incidents close and its series are removed.
         clock: monotonic seconds; injected by tests.
@@ -141,6 +153,7 @@ class PrometheusSink:
         self._open: dict[str, _Open] = {}
         self._jobs: dict[str, float] = {}  # job -> last record, clock seconds
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._ended: OrderedDict[str, int] = OrderedDict()  # id -> closed revision
         self._closed = False
         self._define(registry)
 
@@ -237,6 +250,11 @@ class PrometheusSink:
         old = self._open.get(rc.incident_id)
         if old is not None and rc.revision <= old.revision:
             return  # a duplicate or an older revision delivered again
+        if rc.revision <= self._ended.get(rc.incident_id, -1):
+            return  # a revision of an incident closed since
+        if rc.is_closed:
+            self._end_incident(rc)
+            return
         if old is None:
             self.incidents.labels(rc.job_id, rc.kind.value).inc()
         else:
@@ -249,7 +267,7 @@ class PrometheusSink:
         best = rc.culprits[0] if rc.culprits else None
         entry = _Open(
             rc.job_id, rc.kind.value, rc.revision, _info_labels(rc, best),
-            _reason(best), self._clock(),
+            _reason(best), self._clock(), not rc.states_closure,
         )  # fmt: skip
         self._open[rc.incident_id] = entry
         self.open.labels(entry.job, entry.kind).inc()
@@ -257,6 +275,14 @@ class PrometheusSink:
             self.info.labels(*entry.info).set(1)
             self.reason.labels(rc.job_id, rc.incident_id, entry.reason).set(1)
             self.confidence.labels(rc.job_id, rc.incident_id).set(best.confidence)
+
+    def _end_incident(self, rc: RootCause) -> None:
+        """Apply a closed revision: its incident's series go, for good."""
+        self._ended[rc.incident_id] = rc.revision
+        if len(self._ended) > _ENDED_INCIDENTS:
+            self._ended.popitem(last=False)
+        self.revisions.labels(rc.job_id).inc()
+        self.close_incident(rc.incident_id)
 
     def _forget(self, incident_id: str, entry: _Open) -> None:
         self.open.labels(entry.job, entry.kind).dec()
@@ -274,12 +300,14 @@ class PrometheusSink:
         return True
 
     def expire(self) -> list[str]:
-        """Close idle incidents and end silent jobs; return the closed incidents."""
+        """Close the incidents of silent jobs, and idle ones of writers that
+        never close them (``incident_ttl_s``); end silent jobs; return the
+        closed incidents."""
         now = self._clock()
         ended = {j for j, t in self._jobs.items() if t < now - self._job_end_s}
         stale = [
             i for i, e in self._open.items()
-            if e.job in ended or e.updated_s < now - self._ttl_s
+            if e.job in ended or (e.ttl and e.updated_s < now - self._ttl_s)
         ]  # fmt: skip
         for incident_id in stale:
             self.close_incident(incident_id)

@@ -223,7 +223,8 @@ class SinksSettings:
     )
     incident_ttl: float = setting(
         600.0,
-        "seconds without a revision before an incident closes",
+        "seconds without a revision before an incident of a writer that never "
+        "sends a closed revision (RootCause.1-3) closes",
         env=("MYCROFT_SINKS__INCIDENT_TTL_S",),
         metavar="S",
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mycroft.schemas.records import Anomaly, Culprit, Evidence, RootCause
-from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.schemas.vocab import Component, FaultKind, IncidentState
 
 T0 = 1_700_000_000_000_000_000
 
@@ -36,3 +38,13 @@ def root_cause(
         anomaly_ids=("a-1",), onset_ns=T0, detected_ns=T0 + 2_000_000_000,
         resolved_ns=T0 + 2_500_000_000,
     )  # fmt: skip
+
+
+def closed(rc: RootCause, quiet_s: float = 5.2) -> RootCause:
+    """``rc`` as the revision that closes its incident."""
+    return replace(
+        rc,
+        state=IncidentState.CLOSED,
+        closed_ns=rc.resolved_ns + int(quiet_s * 1e9),
+        close_reason=f"quiet for {quiet_s:.1f} s of event time (incident_quiet_s 5)",
+    )

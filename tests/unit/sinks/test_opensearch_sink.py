@@ -13,7 +13,7 @@ import pytest
 
 from mycroft.errors import ConfigError, SinkError
 from mycroft.sinks.opensearch import OpenSearchSink
-from tests.unit.sinks.records import anomaly, root_cause
+from tests.unit.sinks.records import anomaly, closed, root_cause
 
 
 class Fake:
@@ -179,3 +179,31 @@ def test_basic_auth_from_url(fake: tuple[Fake, str]) -> None:
     sink = OpenSearchSink(url.replace("http://", "http://u:p%40ss@"))
     assert sink.base_url == url
     assert sink._headers["Authorization"] == "Basic dTpwQHNz"  # u:p@ss
+
+
+def test_a_closed_revision_replaces_the_open_document(fake: tuple[Fake, str]) -> None:
+    state, url = fake
+    sink = OpenSearchSink(url, "t1")
+    sink.write(root_cause("i-1", 0))
+    sink.flush()
+    state.requests.clear()
+    sink.write(closed(root_cause("i-1", 1)))
+    sink.flush()
+    meta, doc = bulk_lines(state)
+    assert meta["index"]["version"] == 1 and meta["index"]["_id"] == "i-1"
+    assert doc["state"] == "closed" and doc["revision"] == 1
+    assert doc["closed_ns"] == root_cause().resolved_ns + 5_200_000_000
+    assert doc["close_reason"].startswith("quiet for 5.2 s of event time")
+    assert "states_closure" not in doc
+    assert doc["best"]["rank"] == 3  # the answer it closes with
+
+
+def test_the_root_cause_template_maps_the_state(fake: tuple[Fake, str]) -> None:
+    state, url = fake
+    sink = OpenSearchSink(url, "t1")
+    sink.write(root_cause())
+    sink.flush()
+    template = json.loads(state.requests[1][2])
+    fields = template["template"]["mappings"]["properties"]
+    assert fields["state"] == {"type": "keyword"}
+    assert fields["closed_ns"] == {"type": "long"}

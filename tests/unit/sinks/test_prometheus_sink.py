@@ -16,7 +16,7 @@ from mycroft.sinks.prometheus import (
     PrometheusSink,
     flow_label,
 )
-from tests.unit.sinks.records import anomaly, root_cause
+from tests.unit.sinks.records import anomaly, closed, root_cause
 
 
 class Clock:
@@ -174,12 +174,13 @@ def test_ended_job_closes_its_incidents_and_drops_its_series(
     assert registry.get_sample_value("mycroft_jobs_active") == 0
 
 
-def test_idle_incident_expires(
+def test_idle_incident_of_an_older_writer_expires(
     sink: PrometheusSink, registry: CollectorRegistry, clock: Clock
 ) -> None:
-    sink.write(root_cause("i-1"))
+    """A RootCause.1-3 writer never sends a closed revision: the TTL closes."""
+    sink.write(replace(root_cause("i-1"), states_closure=False))
     clock.now += 30
-    sink.write(root_cause("i-2"))
+    sink.write(replace(root_cause("i-2"), states_closure=False))
     clock.now += 31
     sink.flush()
     assert sink.open_incidents == frozenset({"i-2"})
@@ -220,3 +221,48 @@ def test_a_nic_culprit_is_exported_as_the_nic(
     sink.write(replace(rc, culprits=(nic,)))
     culprit = "NIC mlx5_1 of node-a (ranks 2, 3)"
     assert info(registry, rank="3", scope="nic", culprit=culprit) == 1
+
+
+def test_a_closed_revision_removes_the_incident_series(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    open_labels = {"job_id": "job-1", "kind": "hang"}
+    sink.write(root_cause("i-1", 0))
+    assert info(registry, rank="3") == 1
+    sink.write(closed(root_cause("i-1", 1)))
+    assert sink.open_incidents == frozenset()
+    assert info(registry, rank="3") is None
+    confidence = {"job_id": "job-1", "incident": "i-1"}
+    assert registry.get_sample_value("mycroft_culprit_confidence", confidence) is None
+    assert registry.get_sample_value("mycroft_incidents_open", open_labels) == 0
+    revisions = registry.get_sample_value(
+        "mycroft_root_cause_revisions_total", {"job_id": "job-1"}
+    )
+    assert revisions == 2
+    # re-delivered, the open revision does not reopen it
+    sink.write(root_cause("i-1", 0))
+    assert sink.open_incidents == frozenset() and info(registry, rank="3") is None
+    incidents = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_incidents_total", incidents) == 1
+
+
+def test_an_incident_that_states_closure_outlives_the_ttl(
+    sink: PrometheusSink, registry: CollectorRegistry, clock: Clock
+) -> None:
+    """A long incident without a new revision stays open until it closes."""
+    sink.write(root_cause("i-1"))
+    clock.now += 3600
+    sink.flush()
+    assert sink.open_incidents == frozenset({"i-1"})
+    assert info(registry, rank="3") == 1
+
+
+def test_a_closed_revision_first_seen_opens_nothing(
+    sink: PrometheusSink, registry: CollectorRegistry
+) -> None:
+    """A sink started after the incident ended sees its closed revision only."""
+    sink.write(closed(root_cause("i-1", 2)))
+    sink.write(root_cause("i-1", 1))  # an older one, late
+    assert sink.open_incidents == frozenset()
+    labels = {"job_id": "job-1", "kind": "hang"}
+    assert registry.get_sample_value("mycroft_incidents_total", labels) == 0
