@@ -6,9 +6,13 @@ re-delivered revision is ignored), the anomalies each one cites, and the
 topology of each job, so ``mycroft incidents`` can list incidents, print one
 whole and tell a new incident from a revision while following.
 
-An incident is *open* while its latest revision is younger than the TTL
-(600 s, as the sinks' ``--incident-ttl``), judged by when the worker emitted
-it, or by its resolution time for records without that stamp.
+An incident is *open* until its closed revision arrives: the stream worker
+sends the latest answer again with state closed once nothing fired for
+``incident_quiet_s`` of event time (RootCause.4 on). Records of a writer
+from before that never close, so those incidents count as open while their
+latest revision is younger than the TTL (600 s, as the sinks'
+``--incident-ttl``), judged by when the worker emitted it, or by its
+resolution time for records without that stamp.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Change(Enum):
     REVISED = "revised"
     ANOMALY = "anomaly"
     IGNORED = "ignored"
+    CLOSED = "closed"
 
 
 @dataclass
@@ -51,8 +56,18 @@ class Incident:
         rc = self.latest
         return rc.emitted_wall_ns or rc.resolved_ns
 
+    @property
+    def closed(self) -> RootCause | None:
+        """The revision that closed the incident; None while open."""
+        return self.latest if self.latest.is_closed else None
+
     def is_open(self, now_ns: int, ttl_s: float = DEFAULT_TTL_S) -> bool:
-        """Whether a revision came within the last ``ttl_s`` seconds."""
+        """Whether no closed revision came; for a writer that never sends
+        one (RootCause.1-3), whether a revision came within ``ttl_s``."""
+        if self.latest.is_closed:
+            return False
+        if self.latest.states_closure:
+            return True
         return now_ns - self.last_seen_ns < ttl_s * 1e9
 
 
@@ -85,12 +100,14 @@ class IncidentBook:
         inc = self.incidents.get(record.incident_id)
         if inc is None:
             self.incidents[record.incident_id] = Incident([record])
-            return Change.NEW
-        if any(r.revision == record.revision for r in inc.revisions):
+        elif any(r.revision == record.revision for r in inc.revisions):
             return Change.IGNORED
-        inc.revisions.append(record)
-        inc.revisions.sort(key=lambda r: r.revision)
-        return Change.REVISED
+        else:
+            inc.revisions.append(record)
+            inc.revisions.sort(key=lambda r: r.revision)
+        if record.is_closed:
+            return Change.CLOSED
+        return Change.NEW if inc is None else Change.REVISED
 
     def cited(self, inc: Incident) -> list[Anomaly]:
         """The anomalies any revision of ``inc`` cites, that the book has seen."""

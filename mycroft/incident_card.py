@@ -63,6 +63,26 @@ def status(inc: Incident, now_ns: int, ttl_s: float) -> str:
     return "open" if inc.is_open(now_ns, ttl_s) else "closed"
 
 
+def closed_text(rc: RootCause) -> str:
+    """``2026-01-01T00:00:12.300Z: quiet for 5.1 s of event time (...)`` for a
+    closed revision; empty otherwise."""
+    if not rc.is_closed or rc.closed_ns is None:
+        return ""
+    return f"{iso(rc.closed_ns)}: {rc.close_reason or 'no reason given'}"
+
+
+def closure_json(rc: RootCause) -> dict[str, Any]:
+    """``state``, ``closed_at_s``, ``closed_at`` and ``close_reason`` of a
+    revision (the last three null while open)."""
+    closed = rc.closed_ns
+    return {
+        "state": rc.state.value,
+        "closed_at_s": None if closed is None else closed / 1e9,
+        "closed_at": None if closed is None else iso(closed),
+        "close_reason": rc.close_reason,
+    }
+
+
 def card_lines(
     book: IncidentBook,
     inc: Incident,
@@ -83,6 +103,8 @@ def card_lines(
         f"  job          {rc.job_id} ({status(inc, now_ns, ttl_s)})",
         f"  kind         {rc.kind.value}",
     ]
+    if closed_text(rc):
+        lines.append(f"  closed       {closed_text(rc)}")
     if rc.culprits:
         best = rc.culprits[0]
         lines += [
@@ -117,6 +139,8 @@ def card_lines(
     lines.append(f"  revisions ({len(inc.revisions)}):")
     for r in inc.revisions:
         best_text = culprit_text(r.culprits[0]) if r.culprits else "no culprit"
+        if r.is_closed and r.closed_ns is not None:
+            best_text = f"closed at {iso(r.closed_ns)}"
         lines.append(f"    rev {r.revision}  {iso(r.resolved_ns)}  {best_text}")
     return lines
 
@@ -188,7 +212,7 @@ def revision_json(rc: RootCause) -> dict[str, Any]:
         "culprits": [culprit_json(c) for c in rc.culprits],
         "evidence": [evidence_json(e) for e in rc.evidence],
         "anomaly_ids": list(rc.anomaly_ids),
-    }
+    } | closure_json(rc)
 
 
 def summary_json(inc: Incident, now_ns: int, ttl_s: float) -> dict[str, Any]:
@@ -208,7 +232,7 @@ def summary_json(inc: Incident, now_ns: int, ttl_s: float) -> dict[str, Any]:
         "detected_at": iso(rc.detected_ns),
         "detection_latency_s": rc.detection_latency_s,
         "rca_latency_s": rc.rca_latency_s,
-    }
+    } | closure_json(rc)
 
 
 def incident_json(

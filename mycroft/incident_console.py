@@ -2,9 +2,10 @@
 
 :class:`Console` takes records as they arrive, keeps them in an
 :class:`~mycroft.incident_book.IncidentBook` and prints each new incident,
-each revision (saying what changed) and each anomaly, in words or as one JSON
-object per line. Before :meth:`Console.start` it only records, so a console
-can read a topic's history silently and print from then on.
+each revision (saying what changed), each closure (when and why) and each
+anomaly, in words or as one JSON object per line. Before
+:meth:`Console.start` it only records, so a console can read a topic's
+history silently and print from then on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import IO
 
 from mycroft.incident_book import Change, IncidentBook
 from mycroft.incident_card import anomaly_json, placement_of, revision_json
-from mycroft.incident_text import iso, live_lines
+from mycroft.incident_text import closed_line, iso, live_lines
 from mycroft.schemas.records import Anomaly, Record, RootCause
 
 
@@ -118,7 +119,7 @@ class Console:
     def _root_cause(
         self, rc: RootCause, prev: RootCause | None, change: Change
     ) -> None:
-        note = _change(prev, rc)
+        note = "closed" if rc.is_closed else _change(prev, rc)
         if self._json:
             doc = {
                 "event": change.value,
@@ -126,6 +127,9 @@ class Console:
                 "root_cause": revision_json(rc),
             }
             self._print(json.dumps(doc))
+            return
+        if rc.is_closed and rc.closed_ns is not None:
+            self._print(closed_line(rc, self._stamp(rc.closed_ns)))
             return
         where = placement_of(self.book, rc.job_id)
         lines = live_lines(rc, self._stamp(rc.resolved_ns), note, where)

@@ -17,6 +17,7 @@ from mycroft.verdict import Placement, headline, next_step, nowhere, unique
 __all__ = [
     "LIVE_EVIDENCE",
     "anomaly_line",
+    "closed_line",
     "culprit_line",
     "culprit_text",
     "detector_text",
@@ -71,8 +72,8 @@ def incident_lines(
     placement: Placement = nowhere,
 ) -> list[str]:
     """An incident's latest revision: the headline and next step
-    (:mod:`mycroft.verdict`), the incident and its times, every culprit, the
-    evidence (each line once)."""
+    (:mod:`mycroft.verdict`), the incident and its times (when it closed and
+    why, once closed), every culprit, the evidence (each line once)."""
     lines = [headline(rc, placement)]
     if rc.culprits:
         lines.append(f"  next step: {next_step(rc.culprits[0], placement)}")
@@ -81,6 +82,9 @@ def incident_lines(
         f"{when(rc.onset_ns, start_ns)}, detected {rc.detection_latency_s:.2f} s "
         f"after onset, root cause {rc.rca_latency_s:.2f} s later"
     )
+    if rc.is_closed and rc.closed_ns is not None:
+        why = rc.close_reason or "no reason given"
+        lines.append(f"  closed {when(rc.closed_ns, start_ns)}: {why}")
     lines += [f"  {culprit_line(c)}" for c in rc.culprits]
     facts = unique(e.fact for e in rc.evidence)
     lines += [f"    - {fact}" for fact in facts[:max_evidence]]
@@ -116,3 +120,12 @@ def live_lines(
     facts = unique(e.fact for e in record.evidence)
     lines += [f"{pad}evidence: {fact}" for fact in facts[:LIVE_EVIDENCE]]
     return lines
+
+
+def closed_line(rc: RootCause, stamp: str) -> str:
+    """What a live console prints for an incident's closed revision."""
+    why = rc.close_reason or "no reason given"
+    return (
+        f"  {stamp}  CLOSED rev {rc.revision}: incident {rc.incident_id} "
+        f"of job {rc.job_id}: {why}"
+    )

@@ -16,7 +16,12 @@ A reader whose output goes away (``mycroft incidents list | head -1``) stops
 quietly, as any Unix filter does.
 
 --json prints JSON instead: one document for list and show, one
-JSON object per line for follow. An incident is open while its latest
+JSON object per line for follow. An incident is open until its closed
+revision arrives (the worker sends one once nothing fired for
+``incident_quiet_s`` of event time); list, show and follow say when it
+closed and why (JSON: ``state``, ``closed_at_s``, ``closed_at``,
+``close_reason``; follow's ``event`` is ``closed``). Incidents of writers
+from before RootCause.4, which never send one, are open while their latest
 revision is younger than --ttl seconds.
 """
 
@@ -161,7 +166,8 @@ def follow(
 DESCRIPTION = (
     "The incidents Mycroft found, read back from Kafka with a consumer group "
     "that commits nothing: list them, show one whole, or follow them live. An "
-    "incident is open while its latest revision is younger than --ttl seconds; "
+    "incident is open until its closed revision arrives (older writers: while "
+    "its latest revision is younger than --ttl seconds); "
     "--json prints one document (list, show) or one object per line (follow)."
 )
 
@@ -194,7 +200,8 @@ class IncidentsSettings:
     )
     ttl: float = setting(
         DEFAULT_TTL_S,
-        "seconds without a revision before an incident counts as closed",
+        "seconds without a revision before an incident of a writer that never "
+        "sends a closed revision (RootCause.1-3) counts as closed",
         shown=f"{DEFAULT_TTL_S:g}",
         metavar="SECONDS",
     )
@@ -282,7 +289,8 @@ def load_settings(
 DESCRIPTION = (
     "The incidents Mycroft found, read back from Kafka with a consumer group "
     "that commits nothing: list them, show one whole, or follow them live. An "
-    "incident is open while its latest revision is younger than --ttl seconds; "
+    "incident is open until its closed revision arrives (older writers: while "
+    "its latest revision is younger than --ttl seconds); "
     "--json prints one document (list, show) or one object per line (follow). "
     "Settings: flag, then environment (the variables shown), then the "
     "[incidents] table of --config, then the default."
@@ -368,10 +376,18 @@ def _list(s: IncidentsSettings, req: Request, out: IO[str]) -> int:
             f"{row['detected_at']}  {row['status']:<6}  {row['kind']:<9} "
             f"{row['subject'] or 'no culprit'}: {row['component'] or '-'} "
             f"({row['confidence'] or 0:.2f}), rev {row['revision']}  "
-            f"{row['incident_id']}",
+            f"{row['incident_id']}{_closed_note(row)}",
             file=out,
         )
     return 0
+
+
+def _closed_note(row: Mapping[str, Any]) -> str:
+    """``  closed 2026-...Z: quiet for 5.1 s of event time (...)`` for a row
+    whose closed revision arrived; empty otherwise."""
+    if row["closed_at"] is None:
+        return ""
+    return f"  closed {row['closed_at']}: {row['close_reason'] or 'no reason given'}"
 
 
 def _show(s: IncidentsSettings, req: Request, out: IO[str]) -> int:

@@ -9,7 +9,11 @@ ids as ``0x`` and 16 hex digits. With ``--json`` the output is
 row per culprit of the *latest revision* of each incident, incidents ordered
 by detection time, each incident's best culprit first, with the scoring
 rules behind it (``rules``, ``streams/core/README.md``); ``jobs`` gives each
-job's first record (``start_s``, ``start_at``). Times are Unix epoch seconds
+job's first record (``start_s``, ``start_at``). Each row also says where its
+incident stands at the end of the trace: ``state`` (``open``, or ``closed``
+once nothing fired for ``incident_quiet_s`` of event time; the latest
+revision is then the closing one), ``closed_at_s``, ``closed_at`` and
+``close_reason`` (null while open). Times are Unix epoch seconds
 of the trace clock (``*_s``) and the same as ISO-8601 strings (``*_at``).
 No truth file is ever read.
 
@@ -29,7 +33,7 @@ from typing import Any
 
 from mycroft import report
 from mycroft.cli_parser import mycroft_parser
-from mycroft.incident_card import anomaly_json, culprit_json
+from mycroft.incident_card import anomaly_json, closure_json, culprit_json
 from mycroft.incident_text import anomaly_line, incident_lines, iso
 from mycroft.producers.tracefile import read_records
 from mycroft.schemas.records import Anomaly, Record, RootCause, Topology
@@ -168,6 +172,7 @@ def to_json(
                     "onset_at": iso(rc.onset_ns),
                     "detected_at": iso(rc.detected_ns),
                     "resolved_at": iso(rc.resolved_ns),
+                    **closure_json(rc),
                 }
             )
     doc: dict[str, Any] = {

@@ -42,9 +42,11 @@ def test_revisions_replace_and_duplicates_are_ignored() -> None:
 
 
 def test_open_recent_and_by_job() -> None:
+    """Records of a writer that never sends a closed revision (RootCause.1-3):
+    open while younger than the TTL."""
     book = IncidentBook()
     for rc in (_rc("new", at_s=1000), _rc("old", at_s=0), _rc("b", job="b", at_s=990)):
-        book.add(rc)
+        book.add(replace(rc, states_closure=False))
     now = T0 + 1001 * S
     ids = [i.incident_id for i in book.select(now_ns=now, since_s=100)]
     assert ids == ["b", "new"]  # same detection time: by id
