@@ -17,6 +17,7 @@ import pytest
 
 from mycroft.cli import main as cli_main
 from mycroft.incident_console import Console
+from mycroft.incident_text import iso
 from mycroft.incidents import Source, follow
 from mycroft.kafka_client import RecordPublisher, create_topics
 from mycroft.schemas.records import (
@@ -28,7 +29,7 @@ from mycroft.schemas.records import (
     RootCause,
     Topology,
 )
-from mycroft.schemas.vocab import Component, FaultKind
+from mycroft.schemas.vocab import Component, FaultKind, IncidentState
 from mycroft.topics import TopicSet
 
 pytestmark = pytest.mark.integration
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.integration
 NOW = time.time_ns()
 S = 1_000_000_000
 ONSET = NOW - 60 * S
+WHY = "quiet for 5.1 s of event time (incident_quiet_s 5)"
 
 
 def _rank(rank: int) -> Culprit:
@@ -70,7 +72,11 @@ def _records() -> list[Record]:
         "hang", "allreduce op 17 stopped on 8 ranks",
     )  # fmt: skip
     old = _rc("job-b", 0, _rank(3), wall_ns=NOW - 3 * 86_400 * S)
-    return [topo, anomaly, _rc("job-a", 0, _rank(5)), _rc("job-a", 1, nic), old]
+    ended = replace(
+        _rc("job-b", 1, _rank(3), wall_ns=NOW - 3 * 86_400 * S + 9 * S),
+        state=IncidentState.CLOSED, closed_ns=ONSET + 9 * S, close_reason=WHY,
+    )  # fmt: skip
+    return [topo, anomaly, _rc("job-a", 0, _rank(5)), _rc("job-a", 1, nic), old, ended]
 
 
 def _publish(bootstrap: str, topics: TopicSet, records: list[Record]) -> None:
@@ -109,7 +115,9 @@ def test_list_shows_open_and_recent_incidents(
     assert "open" in out and "NIC mlx5_1 of node-1 (ranks 4, 5): nic (0.91)" in out
     assert "job-b" not in out  # closed three days ago: neither open nor recent
     code, out, _ = _cli(capsys, published, "list", "--since", "1e6")
-    assert "closed" in out and "rank 3 on node-1: gpu (0.62)" in out
+    (line,) = [ln for ln in out.splitlines() if "job-b" in ln]
+    assert "closed" in line and "rank 3 on node-1: gpu (0.62), rev 1" in line
+    assert line.endswith(f"  closed {iso(ONSET + 9 * S)}: {WHY}")
 
 
 def test_list_json_of_one_job(
@@ -208,8 +216,13 @@ def test_follow_prints_new_incidents_and_revisions(
         first = replace(_rc("job-c", 0, _rank(5)), incident_id="job-c:live")
         nic = replace(first.culprits[0], component=Component.NIC, confidence=0.8)
         second = replace(first, revision=1, culprits=(nic,))
-        _publish(bootstrap, topics, [first, first, second, _rc("job-a", 5, _rank(1))])
-        _wait_for(lambda: "rev 1" in out.getvalue())
+        ended = replace(
+            second, revision=2, state=IncidentState.CLOSED,
+            closed_ns=ONSET + 9 * S, close_reason=WHY,
+        )  # fmt: skip
+        other = _rc("job-a", 5, _rank(1))
+        _publish(bootstrap, topics, [first, first, second, other, ended])
+        _wait_for(lambda: "CLOSED rev 2" in out.getvalue())
     finally:
         stop.set()
         worker.join(30)
@@ -223,6 +236,8 @@ def test_follow_prints_new_incidents_and_revisions(
     assert head in text
     assert "[revised: component was gpu]" in text
     assert text.count("ROOT CAUSE") == 2  # the duplicate and job-a are not shown
+    closed = f"CLOSED rev 2: incident job-c:live of job job-c: {WHY}"
+    assert text.splitlines()[-1].endswith(closed)
 
 
 def test_follow_json_runs_until_interrupted(published: tuple[str, str]) -> None:

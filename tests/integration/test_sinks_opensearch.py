@@ -22,7 +22,7 @@ import pytest
 from mycroft.kafka_client import RecordPublisher, create_topics
 from mycroft.topics import TopicSet
 from tests.integration.sink_fixtures import opensearch_url
-from tests.unit.sinks.records import anomaly, root_cause
+from tests.unit.sinks.records import anomaly, closed, root_cause
 
 __all__ = ["opensearch_url"]  # the fixture, imported for pytest
 
@@ -90,6 +90,7 @@ def test_one_document_per_incident_after_revisions(
         anomaly("a-1"),
         root_cause("i-1", 0), root_cause("i-2", 0, rank=5),
         root_cause("i-1", 1, rank=7), root_cause("i-2", 1, rank=6),
+        closed(root_cause("i-2", 2, rank=6)),  # the fault cleared: closed
         root_cause("i-1", 0),  # stale re-delivery after the newer revision
     ):  # fmt: skip
         publisher.publish(record)
@@ -102,15 +103,21 @@ def test_one_document_per_incident_after_revisions(
     log = tmp_path / "service.log"
     proc = _service([*args, "--group", f"{name}.g1"], log)
     try:
-        hits = _wait_latest(opensearch_url, index, {"i-1": 1, "i-2": 1}, log)
+        hits = _wait_latest(opensearch_url, index, {"i-1": 1, "i-2": 2}, log)
     finally:
         _stop(proc, log)
     best = {h["_id"]: h["_source"]["best"]["rank"] for h in hits}
     assert best == {"i-1": 7, "i-2": 6}
     assert {h["_source"]["best"]["rules"][0] for h in hits} == {"frozen_ready_not_sent"}
+    state = {h["_id"]: h["_source"]["state"] for h in hits}
+    assert state == {"i-1": "open", "i-2": "closed"}
+    ended = next(h["_source"] for h in hits if h["_id"] == "i-2")
+    assert ended["close_reason"].startswith("quiet for 5.2 s of event time")
     with urllib.request.urlopen(f"{opensearch_url}/{index}/_mapping") as resp:  # noqa: S310
-        culprit = json.load(resp)[index]["mappings"]["properties"]["culprits"]
-    assert culprit["properties"]["rules"] == {"type": "keyword"}
+        fields = json.load(resp)[index]["mappings"]["properties"]
+    assert fields["culprits"]["properties"]["rules"] == {"type": "keyword"}
+    assert fields["state"] == {"type": "keyword"}
+    assert fields["closed_ns"] == {"type": "long"}
     assert [
         h["_id"] for h in _search(opensearch_url, f"{name}-anomalies")["hits"]["hits"]
     ] == ["a-1"]
@@ -121,11 +128,11 @@ def test_one_document_per_incident_after_revisions(
     proc = _service([*args, "--group", f"{name}.g2"], log)
     try:
         deadline = time.monotonic() + 30
-        while "(total 6)" not in log.read_text()[start:]:
+        while "(total 7)" not in log.read_text()[start:]:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.3)
     finally:
         _stop(proc, log)
-    assert "(total 6)" in log.read_text()[start:]
-    _wait_latest(opensearch_url, index, {"i-1": 1, "i-2": 1}, log)
+    assert "(total 7)" in log.read_text()[start:]
+    _wait_latest(opensearch_url, index, {"i-1": 1, "i-2": 2}, log)

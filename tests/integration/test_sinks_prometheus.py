@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from mycroft.schemas.vocab import Component
 from mycroft.sinks.prometheus import PrometheusSink
 from tests.integration.sink_fixtures import StartPrometheus, start_prometheus
-from tests.unit.sinks.records import anomaly, root_cause
+from tests.unit.sinks.records import anomaly, closed, root_cause
 
 __all__ = ["start_prometheus"]  # the fixture, imported for pytest
 
@@ -55,3 +55,20 @@ def test_promql_returns_current_culprit(
     assert float(opened["value"][1]) == 1
     (count,) = prom.query("sum(mycroft_anomalies_total)")
     assert float(count["value"][1]) == 1
+
+
+def test_a_closed_revision_clears_the_culprit_series(
+    exporter: tuple[PrometheusSink, str], start_prometheus: StartPrometheus
+) -> None:
+    """The fault cleared: the closed revision removes the series that
+    ``MycroftIncidentOpen`` fires on, at once rather than after the TTL."""
+    sink, target = exporter
+    sink.write(root_cause("i-1", 0, rank=3, host="node-a"))
+    prom = start_prometheus([target])
+    prom.wait_for_target(target, timeout_s=20)
+    expr = 'mycroft_root_cause_info{incident="i-1"}'
+    prom.wait_for(expr)
+    sink.write(closed(root_cause("i-1", 1, rank=3, host="node-a")))
+    prom.wait_for(f"absent({expr})", timeout_s=10)  # stale marker
+    (opened,) = prom.query('sum(mycroft_incidents_open{job_id="job-1"})')
+    assert float(opened["value"][1]) == 0
