@@ -4,7 +4,8 @@ Simulated jobs are published to a real broker topic by topic in orders a
 worker never sees offline (every heartbeat first, or every state batch
 before any completion), read by a real worker that is killed with SIGKILL
 mid-incident and restarted; each job's root causes (incident ids, culprits)
-must be exactly those of the offline analysis of the same records.
+must be exactly those of the offline analysis of the same records, down to
+when an incident whose fault cleared closes (its closed revision's event time).
 ``bench/verdict_equality.py`` measures the same over every fault type at
 three replay speeds, broker outages and repeated kills.
 """
@@ -32,13 +33,14 @@ from tests.integration.test_streams_e2e import Outputs
 
 pytestmark = pytest.mark.integration
 
-Verdict = list[tuple[str, list[tuple[int, str, str]]]]
+Verdict = list[tuple[str, list[tuple[int, str, str]], str, int | None]]
 BEATS_FIRST = ("Heartbeat", "Topology", "CompletionBatch", "StateBatch")
 STATES_FIRST = ("Topology", "StateBatch", "CompletionBatch", "Heartbeat")
 ORDERS = {  # job -> (fault, topic order it is published in)
     "et-nic": ("nic-down:at=5", BEATS_FIRST),
     "et-gpu": ("gpu-hang:rank=5,at=5", STATES_FIRST),
     "et-ok": ("", None),
+    "et-clear": ("nic-bandwidth:at=3,duration=2", None),  # closes at 9.8 s
 }
 
 
@@ -62,6 +64,8 @@ def _verdict(causes: list[RootCause]) -> Verdict:
         (
             rc.incident_id,
             [(c.rank, c.component.value, c.kind.value) for c in rc.culprits],
+            rc.state.value,
+            rc.closed_ns,
         )
         for rc in ordered
     ]
@@ -118,6 +122,7 @@ def test_live_verdicts_equal_offline_across_read_orders_and_a_kill(
     jobs = {job: _records(job, fault) for job, (fault, _) in ORDERS.items()}
     offline = {job: _offline(recs) for job, recs in jobs.items()}
     assert offline["et-nic"] and offline["et-gpu"] and offline["et-ok"] == []
+    assert [v[2] for v in offline["et-clear"]] == ["closed"]
     out = Outputs(s)
     worker = WorkerProcess(s, tmp_path / "worker.log")
     worker.start(120)
@@ -132,7 +137,7 @@ def test_live_verdicts_equal_offline_across_read_orders_and_a_kill(
             return _verdict([r for r in out.root_causes() if r.job_id == job])
 
         deadline = time.monotonic() + 120
-        while any(live(j) != offline[j] for j in ("et-nic", "et-gpu")):
+        while any(live(j) != offline[j] for j in ("et-nic", "et-gpu", "et-clear")):
             assert time.monotonic() < deadline, _difference(jobs, live, offline, worker)
             out.poll(0.5)
         out.poll(5.0)  # anything later would be a difference too
