@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from mycroft import cli
+from mycroft.producers.tracefile import read_records
+from mycroft.streams.core.two_stage import TwoStageReplay
 
 S = 1_000_000_000
 
@@ -57,3 +59,18 @@ def test_text_output_says_when_and_why(
     text = capsys.readouterr().out
     (line,) = [ln for ln in text.splitlines() if ln.startswith("  closed ")]
     assert "s of event time (incident_quiet_s 5)" in line
+
+
+def test_the_two_stage_worker_closes_at_the_same_event_time(
+    cleared: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    best = next(r for r in _rows(capsys, cleared) if r["best"])
+    rp = TwoStageReplay("sim", 4)
+    for ts, rec in read_records(cleared):
+        rp.feed(ts, rec)
+    rp.close()
+    (rc,) = rp.causes.values()
+    closed_at = best["closed_at_s"]
+    assert isinstance(closed_at, float) and rc.closed_ns is not None
+    assert rc.is_closed and abs(rc.closed_ns - closed_at * S) < 1_000  # float s
+    assert [r.revision for r in rp.revisions] == list(range(rc.revision + 1))
