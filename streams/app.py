@@ -606,7 +606,10 @@ class Pipeline:
         if isinstance(finding, Anomaly):
             log.info("anomaly %s: %s", finding.anomaly_id, finding.summary)
         else:
-            log.info("root cause %s rev %d", finding.incident_id, finding.revision)
+            log.info(
+                "root cause %s rev %d (%s)",
+                finding.incident_id, finding.revision, finding.state.value,
+            )  # fmt: skip
 
     async def send_summary(self, summary: CommSummary) -> None:
         """Encode and send one comm summary keyed and partitioned by its job."""

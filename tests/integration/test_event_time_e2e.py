@@ -40,7 +40,7 @@ ORDERS = {  # job -> (fault, topic order it is published in)
     "et-nic": ("nic-down:at=5", BEATS_FIRST),
     "et-gpu": ("gpu-hang:rank=5,at=5", STATES_FIRST),
     "et-ok": ("", None),
-    "et-clear": ("nic-bandwidth:at=3,duration=2", None),  # closes at 9.8 s
+    "et-clear": ("nic-bandwidth:at=3,duration=2", None),  # clears: it closes
 }
 
 

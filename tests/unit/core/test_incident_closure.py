@@ -104,3 +104,17 @@ def test_a_restored_tracker_emits_the_same_closure() -> None:
     assert isinstance(restored, IncidentTracker)
     assert _run(restored, TICKS[split:]) == rest
     assert len(_closed(rest)) == 1
+
+
+def test_a_snapshot_from_before_closures_restores_and_closes_silently() -> None:
+    """An incident pickled before it kept its latest revision has nothing to
+    resend: it closes as before, without a closed revision."""
+    split = 8
+    tracker = IncidentTracker("j", CFG, JobTopology())
+    _run(tracker, TICKS[:split])
+    assert tracker.incident is not None
+    del tracker.incident.__dict__["root_cause"]  # as an older snapshot holds it
+    restored, _ = snapshot_pickle.loads(snapshot_pickle.dumps(tracker), CFG)
+    assert isinstance(restored, IncidentTracker)
+    assert _closed(_run(restored, TICKS[split:])) == []
+    assert restored.incident is None and len(restored.closed) == 1
