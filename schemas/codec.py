@@ -195,10 +195,10 @@ class Codec:
             raise
         except (KeyError, ValueError, TypeError) as exc:
             raise DecodeError("invalid", f"{name}: {exc!r}") from exc
-        legacy = data is not None and "state" not in self._writer_fields(data)
-        if isinstance(record, RootCause) and legacy:
-            # A RootCause.1-3 writer never sends a closing revision.
-            return replace(record, states_closure=False)
+        if isinstance(record, RootCause) and data is not None:
+            if "state" not in self._writer_fields(data):
+                # A RootCause.1-3 writer never sends a closing revision.
+                return replace(record, states_closure=False)
         return record
 
     def _writer_fields(self, data: bytes | bytearray | memoryview) -> frozenset[str]:
