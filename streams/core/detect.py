@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mycroft.schemas.records import Anomaly
 from mycroft.schemas.op_sizes import sizes_may_differ
+from mycroft.schemas.records import Anomaly
 from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
