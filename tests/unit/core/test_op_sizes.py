@@ -86,3 +86,14 @@ def test_completed_uneven_all_to_all_is_kept_as_agreeing_with_its_median() -> No
         CompletionBatch(BatchHeader("j", "h", 1, 1, 0, 100), uneven), {8: 4}, 0
     )
     assert set(tracker.signature_rows()["comm"].tolist()) == {8}
+
+
+def test_a_peer_pair_that_disagrees_on_its_transfer_is_a_mismatch() -> None:
+    """The NCCL plugin writes an all-to-all as per-peer send/recv pairs on a
+    two-member communicator: what A sends to B must be what B expects."""
+    send, recv = OP_NAMES.index("send"), OP_NAMES.index("recv")
+    an = Analyzer("j")
+    agree = _done([send, recv], [4096, 4096], comm=11)
+    assert detect_mismatch(an.ctx, 0, agree) == []
+    found = detect_mismatch(an.ctx, 0, _done([send, recv], [4096, 8192], comm=11))
+    assert [(a.comms, a.kind) for a in found] == [((11,), FaultKind.MISMATCH)]
