@@ -28,8 +28,8 @@ the headline). Usage::
     python bench/campaign_general.py --half tune --seeds 1 --duration 20 \\
         --healthy-runs 1 --healthy-duration 120 --out ..._tune.json  # reduced
 
-Full size: 14 faults x 3 seeds x 13 settings and 2 x 450 s healthy runs per
-setting (120 simulated minutes over the 8 report settings).
+Full size: 14 faults x 3 seeds x 14 settings and 2 x 450 s healthy runs per
+setting (135 simulated minutes over the 9 report settings).
 """
 
 from __future__ import annotations
@@ -240,6 +240,19 @@ SETTINGS: tuple[Setting, ...] = (
         Hardware(allreduce="tree", runahead_ops=4),
         Workload(micro_batches=4, dp_allreduce=True),
         LIGHT,
+        seed_base=500,
+    ),
+    # report: MoE, each TP group expert-parallel: a dispatch and a combine
+    # all-to-all after every TP all-reduce, the combine's per-rank sizes
+    # uneven (token imbalance drawn per call): not a size mismatch.
+    Setting(
+        "moe-8x2x4-light",
+        "report",
+        8,
+        2,
+        4,
+        workload=Workload(micro_batches=4, moe_bytes=16 << 20),
+        noise=LIGHT,
         seed_base=500,
     ),
     # report: interleaved 1F1B (2 chunks) with each pipeline inside a host.

@@ -30,6 +30,7 @@ from mycroft.producers.sim.config import (
     COUNTER_MODELS,
     Hardware,
     SimConfig,
+    Workload,
     from_ranks,
 )
 from mycroft.producers.sim.engine import SimResult, simulate
@@ -155,6 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
         "nccl (the slots timing as NCCL's profiler plugin observes it: a send's "
         "G at most T + 1 and its ready-wait time; producers/sim/README.md)",
     )
+    p.add_argument(
+        "--moe-bytes",
+        type=int,
+        default=0,
+        help="MoE: each TP group is an expert-parallel group and every layer "
+        "adds a dispatch and a combine all-to-all of this many bytes of tokens "
+        "per rank, split unevenly over the experts (0: off; producers/sim/README.md)",
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -195,6 +204,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         seed=args.seed,
         job_id=args.job_id,
         hardware=Hardware(counters=args.counters),
+        workload=Workload(moe_bytes=args.moe_bytes),
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

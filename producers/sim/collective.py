@@ -43,7 +43,10 @@ class OpRequest:
 
     ``ranks[g]`` are the members in ring order (p2p: ``[sender, receiver]``),
     ``issue`` their enqueue times (CPU), ``gpu_free`` when their GPU stream
-    reaches the op, ``seq`` the op number per communicator.
+    reaches the op, ``seq`` the op number per communicator. ``row_bytes``
+    (same shape as ``ranks``), when given, is each member's own input size
+    for an op whose sizes differ per rank (an all-to-all); ``nbytes`` is then
+    unused.
     """
 
     kind: str
@@ -54,6 +57,7 @@ class OpRequest:
     nbytes: int
     channels: int
     gpu_free: np.ndarray
+    row_bytes: np.ndarray | None = None
 
 
 class Physics:
@@ -106,10 +110,13 @@ class Physics:
         return np.where(start > self.fx.gpu_dead[ranks], np.inf, start)
 
     def ring(self, req: OpRequest, culprit: np.ndarray | None = None) -> OpBlock:
-        """Ring allreduce (2(n-1) steps), reducescatter or allgather (n-1)."""
+        """Ring allreduce (2(n-1) steps), reducescatter, allgather or
+        alltoall (n-1; each rank's steps carry ``row_bytes / n`` of its own)."""
         ranks, n = req.ranks, req.ranks.shape[1]
         steps = 2 * (n - 1) if req.kind == "allreduce" else n - 1
         nbytes = np.full(ranks.shape, req.nbytes, dtype=np.int64)
+        if req.row_bytes is not None:
+            nbytes = req.row_bytes.astype(np.int64)
         dst = np.roll(ranks, -1, axis=1)
         link = self._link(ranks, dst, req.issue, nbytes // n, req.channels)
         start = self._launch(ranks, req.issue, req.gpu_free)

@@ -149,6 +149,14 @@ class Workload:
     schedule: str = "gpipe"
     dp_allreduce: bool = False
     virtual_stages: int = 1
+    # MoE (expert parallel over the TP group; moe_bytes 0 = off): after each
+    # TP all-reduce, a dispatch and a combine all-to-all whose per-rank sizes
+    # follow the tokens each expert got, drawn anew every call. Real MoE jobs
+    # (Mixtral, DeepSeek-MoE under Megatron's all-to-all dispatcher) send
+    # uneven splits every step; a detector must not read them as a mismatch.
+    # moe_imbalance is the log-normal sigma of an expert's share of tokens.
+    moe_bytes: int = 0
+    moe_imbalance: float = 0.5
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` when a value cannot work."""
@@ -168,6 +176,11 @@ class Workload:
             raise ConfigError("compute times must be positive")
         if min(self.tp_bytes, self.pp_bytes, self.dp_bytes) < 1:
             raise ConfigError("message sizes must be >= 1 byte")
+        if self.moe_bytes < 0 or not 0 <= self.moe_imbalance <= 2:
+            raise ConfigError(
+                "--moe-bytes must be >= 0 (0: no MoE) and moe_imbalance 0..2 "
+                f"(got {self.moe_bytes}, {self.moe_imbalance})"
+            )
 
 
 ORDERS = ("tp-dp-pp", "tp-pp-dp")

@@ -50,6 +50,37 @@ fraction of the GPU's compute before an op on launching it (a GPU-bound
 job's Python is about 20x faster than its kernels)."""
 
 
+MOE_STREAM = 7
+"""Seed-sequence key of the MoE token-routing draws (``SimConfig.seed``, 7)."""
+MOE_ROUTING_NOISE = 0.1
+"""Log-normal sigma of one rank's deviation from the experts' popularity:
+ranks' tokens prefer the same experts, not identically."""
+
+
+def moe_sizes(
+    rng: np.random.Generator, shape: tuple[int, ...], tokens_bytes: int, sigma: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank input bytes of one MoE layer's dispatch and combine.
+
+    Each of the ``shape = (groups, n)`` ranks routes its ``tokens_bytes`` to
+    the ``n`` experts of its group (one per rank) in proportion to the
+    experts' popularity this call (log-normal, sigma ``sigma``). Dispatch
+    sends every rank's tokens (sizes agree); combine sends each expert's
+    results back, so its sizes are the tokens each expert received (they
+    differ: the imbalance).
+
+    Returns:
+        ``(dispatch, combine)`` bytes, each of ``shape``.
+    """
+    groups, n = shape
+    popular = rng.lognormal(0.0, sigma, (groups, 1, n))
+    share = popular * rng.lognormal(0.0, MOE_ROUTING_NOISE, (groups, n, n))
+    share /= share.sum(axis=2, keepdims=True)
+    routed = np.floor(share * tokens_bytes)  # [group, sender, expert]
+    dispatch = np.full(shape, tokens_bytes, dtype=np.int64)
+    return dispatch, np.maximum(routed.sum(axis=1), 1).astype(np.int64)
+
+
 def interleaved(pp: int, m: int, v: int, s: int) -> list[tuple[bool, int, int]]:
     """Stage ``s``'s interleaved 1F1B order over ``v`` model chunks:
     ``(forward, chunk, micro-batch)`` per step (Megatron's schedule)."""
@@ -115,6 +146,8 @@ class Schedule:
         self.ahead = cfg.hardware.runahead_ops
         self.queue = np.full((max(self.ahead, 1), n), -np.inf)
         self.nops = np.zeros(n, dtype=np.int64)
+        # Token routing draws from a stream of its own: MoE leaves others' draws.
+        self.moe_rng = np.random.default_rng([cfg.seed, MOE_STREAM])
 
     @property
     def horizon_s(self) -> float:
@@ -235,9 +268,27 @@ class Schedule:
             if self.cfg.tp > 1:
                 rows = np.arange(s * self.cfg.dp, (s + 1) * self.cfg.dp)
                 self._ring("allreduce", TP, ranks, rows, self.wl.tp_bytes)
+                if self.wl.moe_bytes:
+                    self._moe(ranks, rows)
+
+    def _moe(self, ranks: np.ndarray, rows: np.ndarray) -> None:
+        """An MoE layer's dispatch and combine all-to-alls over the TP group
+        (its expert-parallel group), with this call's token imbalance."""
+        dispatch, combine = moe_sizes(
+            self.moe_rng, ranks.shape, self.wl.moe_bytes, self.wl.moe_imbalance
+        )
+        for sizes in (dispatch, combine):
+            self._ring("alltoall", TP, ranks, rows, self.wl.moe_bytes, row_bytes=sizes)
 
     def _ring(
-        self, kind: str, role: int, ranks: np.ndarray, rows: np.ndarray, nbytes: int
+        self,
+        kind: str,
+        role: int,
+        ranks: np.ndarray,
+        rows: np.ndarray,
+        nbytes: int,
+        *,
+        row_bytes: np.ndarray | None = None,
     ) -> None:
         group = self.layout.tp if role == TP else self.layout.dp
         seqs = self.tp_seq if role == TP else self.dp_seq
@@ -253,6 +304,7 @@ class Schedule:
             nbytes,
             channels,
             self.ready[ranks],
+            row_bytes,
         )
         mismatch_role = DP if self.cfg.dp > 1 else TP
         culprit = self.fx.take_mismatch(ranks, issue) if role == mismatch_role else None

@@ -9,6 +9,7 @@ from itertools import chain
 import numpy as np
 
 from mycroft.schemas.columns import DONE_OP_COLUMNS, empty
+from mycroft.schemas.op_sizes import sizes_may_differ
 from mycroft.schemas.records import CompletionBatch
 from mycroft.schemas.vocab import OP_NAMES
 from mycroft.streams.core.collective_stat import (
@@ -148,13 +149,14 @@ class CompletionTracker:
         kinds, nbytes = matching_kind(rows["kind"]), rows["bytes"]
         one_kind = np.minimum.reduceat(kinds, at) == np.maximum.reduceat(kinds, at)
         one_size = np.minimum.reduceat(nbytes, at) == np.maximum.reduceat(nbytes, at)
-        agree = one_kind & one_size
+        may_differ = np.logical_and.reduceat(sizes_may_differ(rows["kind"]), at)
+        agree = one_kind & (one_size | may_differ)
         if not agree.all():
             self._keep_odd(rows[np.repeat(~agree, count)])
         prev_issue = self._prev_issue(cols[4], cols[5], cols[0], cols[1])
         block = np.stack([cols[0].astype(np.int64), *cols[1:4], prev_issue])
         kind, size = kinds[at].tolist(), nbytes[at].tolist()
-        for i in np.flatnonzero(~agree).tolist():
+        for i in np.flatnonzero(~(one_kind & one_size)).tolist():
             lo, hi = int(at[i]), int(at[i] + count[i])
             if not one_kind[i]:
                 kind[i] = _majority(kinds[lo:hi])
@@ -165,7 +167,8 @@ class CompletionTracker:
 
     def _keep_odd(self, rows: np.ndarray, keep_rows: int = 4096) -> None:
         """Keep the rows of completed collectives whose members disagree on
-        kind or size (the newest ``keep_rows``) for :meth:`signature_rows`."""
+        kind, or on a size that must agree (``schemas/op_sizes.py``; the
+        newest ``keep_rows``) for :meth:`signature_rows`."""
         self._odd.append(rows)
         while sum(len(r) for r in self._odd) - len(self._odd[0]) >= keep_rows:
             self._odd.pop(0)

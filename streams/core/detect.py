@@ -9,7 +9,8 @@
   its send flows to other hosts keep a transmitted-not-done lag (T-D) above
   their role's; or one rank alone keeps a group waiting for a real share
   of its time (``hold_back``: one late op a step).
-* mismatch: members disagree on op kind or size at one ``(comm, seq)``.
+* mismatch: members disagree on op kind, or on size where the op's size
+  rule says sizes agree (``schemas/op_sizes.py``), at one ``(comm, seq)``.
 * port flaps (``detect_ports``) and transfers slowed on the wire
   (``detect_wire``): a part's own measurement, though no op slows.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mycroft.schemas.op_sizes import sizes_may_differ
 from mycroft.schemas.records import Anomaly
 from mycroft.schemas.text import comm_hex
 from mycroft.schemas.vocab import OP_NAMES, FaultKind
@@ -233,6 +235,20 @@ def detect_silence(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
     return out
 
 
+def _signed_size(rows: np.ndarray) -> np.ndarray:
+    """Return each row's size as its signature holds it: 0 where the op's
+    members may legitimately differ in size."""
+    out: np.ndarray = np.where(sizes_may_differ(rows["kind"]), 0, rows["bytes"])
+    return out
+
+
+def _signature_text(kind: int, nbytes: int) -> str:
+    name = OP_NAMES[kind] if kind < len(OP_NAMES) else str(kind)
+    if sizes_may_differ(np.array([kind]))[0]:
+        return f"{name}/per-rank sizes"
+    return f"{name}/{nbytes}B"
+
+
 def detect_mismatch(
     ctx: DetectContext, now_ns: int, done_rows: np.ndarray
 ) -> list[Anomaly]:
@@ -241,8 +257,9 @@ def detect_mismatch(
     Signatures (op kind, bytes) come from in-flight op rows and from
     ``done_rows``, the completion rows of ops still partial or completed in
     disagreement (``CompletionTracker.signature_rows``); the two sides of a
-    point-to-point transfer (send / recv) agree. Only ops with two
-    signatures leave numpy.
+    point-to-point transfer (send / recv) agree. An op whose members' sizes
+    may differ (``SizeRule.PER_RANK``: an all-to-all) signs with its kind
+    alone. Only ops with two signatures leave numpy.
     """
     ops = ctx.store.in_flight_ops()
     cols = [
@@ -250,7 +267,7 @@ def detect_mismatch(
         for f in ("comm", "seq", "rank")
     ]
     kinds = [matching_kind(ops["kind"]), matching_kind(done_rows["kind"])]
-    sizes = [ops["bytes"], done_rows["bytes"]]
+    sizes = [_signed_size(ops), _signed_size(done_rows)]
     comm, seq, rank = cols
     kind = np.concatenate(kinds).astype(np.uint64)
     size = np.concatenate(sizes).astype(np.uint64)
@@ -275,8 +292,7 @@ def detect_mismatch(
         ordered = sorted(by_sig.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         odd = tuple(sorted(r for _, rs in ordered[1:] for r in rs))
         desc = "; ".join(
-            f"{OP_NAMES[k] if k < len(OP_NAMES) else k}/{b}B: {rs}"
-            for (k, b), rs in ordered
+            f"{_signature_text(k, b)}: {rs}" for (k, b), rs in ordered
         )
         out.append(
             new_anomaly(
