@@ -45,6 +45,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.streams import fr_checks
 from mycroft.streams.analyze import run, to_json
 
 __all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
@@ -179,6 +180,7 @@ def _state(
     ops = [
         (e.rank, comm_hash(e.pg), e.seq, e.kind, 0, 0, e.nbytes, e.created_ns, 0, 0)
         for e in flight.values()
+        if e.known  # counted in FrDumps.unknown_ops, reported by analyze
     ]
     return StateBatch(
         head,
@@ -192,6 +194,7 @@ def _completions(head: BatchHeader, done: list[tuple[FrEntry, int]]) -> Completi
         (e.rank, comm_hash(e.pg), e.seq, e.kind, e.nbytes, e.created_ns, e.created_ns)
         + (end, 0)
         for e, end in done
+        if e.known
     ]
     return CompletionBatch(head, np.array(rows, dtype=dtype_of(DONE_OP_COLUMNS)))
 
@@ -217,6 +220,7 @@ def blocked(d: FrDumps) -> list[dict[str, Any]]:
                 "waiting_ranks": sorted({e.rank for e in waiting if e.seq == seq}),
                 "not_arrived": [r for r in members if r not in arrived],
                 "no_dump": [r for r in members if r not in d.entries],
+                "states": fr_checks.states(at),
             }
         )
     return out
@@ -237,14 +241,69 @@ def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
             )
     if not doc["root_causes"]:
         doc["root_causes"] = _missing_dump_culprits(d, stuck, job_id)
+    odd = fr_checks.mismatches(d)
+    doc["root_causes"] += _mismatch_culprits(doc["root_causes"], odd, job_id)
     doc["flight_recorder"] = {
         "world_size": d.world,
         "dumps": sorted(d.entries),
         "missing": sorted(missing),
         "skipped": d.skipped,
         "blocked": stuck,
+        "mismatches": odd,
+        "unknown_ops": dict(sorted(d.unknown_ops.items())),
+        "p2p_records": sum(len(v) for v in d.p2p.values()),
     }
     return doc
+
+
+def _cause(job_id: str, key: str, rank: int, **fields: Any) -> dict[str, Any]:
+    """A root-cause row shaped as ``mycroft analyze`` writes them."""
+    when = fields.pop("when_s")
+    return {
+        "incident_id": f"{job_id}:{fields['kind']}:{key}:{rank}",
+        "revision": 0,
+        "best": False,
+        "rank": rank,
+        "host": "",
+        "peer": None,
+        "channel": None,
+        **fields,
+        "onset_s": when,
+        "detected_at_s": when,
+        "resolved_at_s": when,
+    }
+
+
+def _mismatch_culprits(
+    named: list[dict[str, Any]], odd: list[dict[str, Any]], job_id: str
+) -> list[dict[str, Any]]:
+    """FR-only evidence the core has no columns for (output sizes, dtypes,
+    op names): the ranks in the minority of the first mismatched op."""
+    first = next((m for m in odd if m["minority"]), None)
+    if first is None or any(r["kind"] == "mismatch" for r in named):
+        return []
+    rows = []
+    for rank in first["ranks"]:
+        why = (
+            f"{first['field']} of op #{first['collective_seq_id']} of group "
+            f"{first['group']}: {first['found'][str(rank)]}, the others "
+            f"{first['expected']}"
+        )
+        rows.append(
+            _cause(
+                job_id,
+                "fr-mismatch",
+                rank,
+                component="config",
+                kind="mismatch",
+                confidence=round(0.9 / len(first["ranks"]), 3),
+                reason=why,
+                when_s=first["issued_s"],
+            )
+        )
+    if rows and not named:
+        rows[0]["best"] = True
+    return rows
 
 
 def _missing_dump_culprits(
@@ -308,6 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"dumps of ranks {fr['dumps']}; missing {fr['missing']}")
     for s in fr["skipped"]:
         print(f"skipped {s['file']}: {s['reason']}")
+    if fr_checks.unknown_line(d):
+        print(fr_checks.unknown_line(d))
+    for m in fr["mismatches"]:
+        print(
+            f"mismatch: {m['field']} of #{m['collective_seq_id']} of group "
+            f"{m['group']}: {m['found']}, the others {m['expected']}"
+        )
     for b in fr["blocked"]:
         print(
             f"blocked: {b['op']} seq {b['collective_seq_id']} of group {b['group']} "

@@ -108,7 +108,7 @@ def fr_op(entry: dict[str, Any]) -> FrOp | None:
     (gloo never fills start or completion).
     """
     got = _entry(-1, entry)
-    if got is None:
+    if got.p2p:
         return None
     dtypes = entry.get("input_dtypes") or [""]
     name = _FR_DTYPES.get(str(dtypes[0]), "other" if dtypes[0] else "unknown")
