@@ -15,11 +15,14 @@ time: a retired op is taken to end at its last member's arrival (at most the
 rank's next issue). A rank is alive until its dump's mtime, at most
 ``DUMP_HORIZON_NS`` after the newest entry (a copied file's mtime is the
 copy's, not the dump's). The same core
-(``streams.analyze.run``) names culprits; FR-only evidence is added here: a
-rank whose dump is missing while peers wait in an op of its group is named
-(component ``process``) when the core names nobody, and a core culprit
+(``streams.analyze.run``) names culprits; FR-only evidence is added here:
+the waits of blocked ranks are followed across groups (``fr_waits``) to a
+rank without a dump (``process``), an idle one (``host``) or a cycle of
+waits (``config``), ahead of the core's rows; ops whose sizes, dtypes or
+names differ across ranks are listed (``fr_checks``), and a core culprit
 without a dump is relabelled ``process``. Output as ``mycroft analyze``
-plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops).
+plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops,
+mismatches, unknown op names, p2p records).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.streams import fr_checks
+from mycroft.streams import fr_checks, fr_waits
 from mycroft.streams.analyze import run, to_json
 
 __all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
@@ -239,8 +242,7 @@ def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
                 "no Flight Recorder dump while peers wait on it: the process died "
                 f"(core: {row['reason']})"
             )
-    if not doc["root_causes"]:
-        doc["root_causes"] = _missing_dump_culprits(d, stuck, job_id)
+    doc["root_causes"] = fr_waits.with_chain(d, doc["root_causes"], job_id)
     odd = fr_checks.mismatches(d)
     doc["root_causes"] += _mismatch_culprits(doc["root_causes"], odd, job_id)
     doc["flight_recorder"] = {
@@ -303,40 +305,6 @@ def _mismatch_culprits(
         )
     if rows and not named:
         rows[0]["best"] = True
-    return rows
-
-
-def _missing_dump_culprits(
-    d: FrDumps, stuck: list[dict[str, Any]], job_id: str
-) -> list[dict[str, Any]]:
-    """FR-only evidence: peers wait in an op of a group whose member left no dump."""
-    rows: list[dict[str, Any]] = []
-    for b in stuck:
-        for r in b["no_dump"]:
-            if any(row["rank"] == r for row in rows):
-                continue
-            waiting = b["waiting_ranks"]
-            when = max(e.created_ns for rr in waiting for e in d.entries[rr]) / 1e9
-            rows.append(
-                {
-                    "incident_id": f"{job_id}:hang:missing-dump:{r}",
-                    "revision": 0,
-                    "best": not rows,
-                    "rank": r,
-                    "host": "",
-                    "peer": None,
-                    "channel": None,
-                    "component": "process",
-                    "kind": "hang",
-                    "confidence": round(0.9 / max(len(b["no_dump"]), 1), 3),
-                    "reason": f"rank {r} left no Flight Recorder dump while ranks "
-                    f"{waiting} wait in {b['op']} seq {b['collective_seq_id']} "
-                    f"of group {b['group']} ({b['role']}): the process died",
-                    "onset_s": when,
-                    "detected_at_s": when,
-                    "resolved_at_s": when,
-                }
-            )
     return rows
 
 

@@ -3,8 +3,6 @@ dumps written the way torch 2.13 writes them (``version`` 2.10 entries)."""
 
 from __future__ import annotations
 
-import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -15,56 +13,7 @@ from mycroft.schemas.columns import dtype_of
 from mycroft.schemas.records import StateBatch
 from mycroft.schemas.vocab import OP_NAMES
 from mycroft.streams import flight_recorder as fr
-
-T0 = 1_800_000_000_000_000_000
-MS = 1_000_000
-
-
-def entry(seq: int, t_ms: float, name: str = "all_reduce", **kw: Any) -> dict[str, Any]:
-    """One torch 2.13 Flight Recorder entry of the default group."""
-    out = {
-        "record_id": seq,
-        "pg_id": 0,
-        "process_group": ("0", "default_pg"),
-        "collective_seq_id": seq,
-        "p2p_seq_id": 0,
-        "op_id": seq,
-        "profiling_name": f"nccl:{name}",
-        "time_created_ns": T0 + int(t_ms * MS),
-        "duration_ms": None,
-        "input_sizes": [[8]],
-        "input_dtypes": ["Float"],
-        "output_sizes": [[8]],
-        "output_dtypes": ["Float"],
-        "state": "completed",
-        "time_discovered_started_ns": T0 + int(t_ms * MS),
-        "time_discovered_completed_ns": None,
-        "retired": True,
-        "timeout_ms": 600_000,
-        "is_p2p": False,
-        "frames": [],
-    }
-    return out | kw
-
-
-def write(folder: Path, rank: int, entries: list[dict[str, Any]]) -> None:
-    doc = {
-        "version": "2.10",
-        "pg_config": {
-            "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}
-        },
-        "pg_status": {},
-        "entries": entries,
-    }
-    folder.mkdir(exist_ok=True)
-    path = folder / f"rank_{rank}"
-    path.write_bytes(pickle.dumps(doc))
-    dumped = max(e["time_created_ns"] for e in entries) + 4000 * MS
-    os.utime(path, ns=(dumped, dumped))  # written 4 s after its newest entry
-
-
-def healthy(n: int, rank: int) -> list[dict[str, Any]]:
-    return [entry(i, i * 50 + rank * 0.1) for i in range(1, n + 1)]
+from tests.unit.torch.frdumps import entry, healthy, write
 
 
 def test_every_torch_op_name_has_a_mycroft_kind() -> None:
