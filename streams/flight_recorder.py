@@ -48,7 +48,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.streams import fr_checks, fr_waits
+from mycroft.streams import fr_checks, fr_lateness, fr_waits
 from mycroft.streams.analyze import run, to_json
 
 __all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
@@ -243,6 +243,7 @@ def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
                 f"(core: {row['reason']})"
             )
     doc["root_causes"] = fr_waits.with_chain(d, doc["root_causes"], job_id)
+    fr_lateness.relabel_slow(d, doc["root_causes"])
     odd = fr_checks.mismatches(d)
     doc["root_causes"] += _mismatch_culprits(doc["root_causes"], odd, job_id)
     doc["flight_recorder"] = {

@@ -112,7 +112,7 @@ def test_straggler_from_late_arrivals(tmp_path: Path) -> None:
         write(tmp_path, r, dump(rows))
     doc = fr.analyze(fr.load_dir(tmp_path))
     best = doc["root_causes"][0]
-    assert (best["rank"], best["kind"]) == (2, "slowdown")
+    assert (best["rank"], best["kind"], best["component"]) == (2, "slowdown", "host")
 
 
 def test_bad_files_are_reported_not_fatal(

@@ -1,5 +1,6 @@
-"""Wait chains of Flight Recorder dumps (torch 2.13 format), 8 ranks: the
-world group ``0`` and sub-groups ``1`` (ranks 0-3) and ``2`` (ranks 4-7)."""
+"""Wait chains and host/device lateness of Flight Recorder dumps (torch 2.13
+format). Wait chains: 8 ranks, the world group ``0`` and sub-groups ``1``
+(ranks 0-3) and ``2`` (ranks 4-7)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from mycroft.streams import flight_recorder as fr
-from tests.unit.torch.frdumps import entry, healthy, write
+from mycroft.streams import fr_lateness
+from tests.unit.torch.frdumps import MS, T0, entry, healthy, write
 
 GROUPS = {"0": list(range(8)), "1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}
 
@@ -79,3 +81,31 @@ def test_ops_in_flight_at_a_healthy_exit_are_no_wait(tmp_path: Path) -> None:
     for r in d.mtime_ns:  # every dump written 1 s after the last issue
         d.mtime_ns[r] = d.entries[0][-1].created_ns + 1_000_000_000
     assert fr.fr_waits.with_chain(d, [], "job") == []
+
+
+def straggler(tmp_path: Path, issue_ms: float, start_ms: float) -> fr.FrDumps:
+    """4 ranks x 40 all-reduces; from op 21 on rank 2 issues ``issue_ms``
+    late and its ops start ``start_ms`` after being issued."""
+    for r in range(4):
+        rows = []
+        for i in range(1, 41):
+            late = r == 2 and i > 20
+            t = i * 50 + r * 0.1 + (issue_ms if late else 0)
+            start = T0 + int((t + (start_ms if late else 0.05)) * MS)
+            rows.append(entry(i, t, time_discovered_started_ns=start))
+        write(tmp_path, r, rows)
+    return fr.load_dir(tmp_path)
+
+
+def test_straggler_that_issues_late_is_host(tmp_path: Path) -> None:
+    d = straggler(tmp_path, issue_ms=300, start_ms=0.05)
+    best = fr.analyze(d)["root_causes"][0]
+    assert (best["rank"], best["kind"], best["component"]) == (2, "slowdown", "host")
+    assert "started as soon as issued" in best["reason"]
+
+
+def test_straggler_that_starts_late_is_gpu(tmp_path: Path) -> None:
+    d = straggler(tmp_path, issue_ms=0, start_ms=300)
+    got = fr_lateness.rank_lateness(d, 2)
+    assert got is not None and got.component.value == "gpu"
+    assert fr_lateness.rank_lateness(d, 1) is None
