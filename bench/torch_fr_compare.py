@@ -101,7 +101,7 @@ def compare(scenario: str, pickles: Path, work: Path) -> dict[str, Any]:
     dumps = fr.load_dir(pickles, world_size=4)
     fixed = work / f"{scenario}-fixed"
     repair(pickles, fixed, dumps)
-    rank, component, kind = harness.EXPECTED[scenario]
+    rank, component, kind = harness.FR_EXPECTED[scenario]
     return {
         "expected": {"rank": rank, "component": component, "kind": kind},
         "dumps": sorted(dumps.entries),

@@ -242,10 +242,10 @@ def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
                 "no Flight Recorder dump while peers wait on it: the process died "
                 f"(core: {row['reason']})"
             )
-    doc["root_causes"] = fr_waits.with_chain(d, doc["root_causes"], job_id)
-    fr_lateness.relabel_slow(d, doc["root_causes"])
     odd = fr_checks.mismatches(d)
     doc["root_causes"] += _mismatch_culprits(doc["root_causes"], odd, job_id)
+    doc["root_causes"] = fr_waits.with_chain(d, doc["root_causes"], job_id)
+    fr_lateness.relabel_slow(d, doc["root_causes"])
     doc["flight_recorder"] = {
         "world_size": d.world,
         "dumps": sorted(d.entries),

@@ -64,13 +64,18 @@ def with_chain(
     """The core's rows behind the rows of where the dumps' waits end.
 
     A core hang row naming a rank the chain shows waiting on another is
-    dropped: that rank is a victim. The chain's first row is the best.
+    dropped: that rank is a victim. The chain's first row is the best,
+    unless a mismatch is named: ops whose sizes or types differ make the
+    backend abort or hang the ranks (gloo kills the rank that detects it),
+    so the waits are its consequence and follow it.
     """
     causes = follow(wait_state(d, config))
     if not causes:
         return named
     newest = max((e.created_ns for rows in d.entries.values() for e in rows), default=0)
     rows = [_row(c, job_id, newest / 1e9, len(causes)) for c in causes]
+    if any(r["kind"] == "mismatch" for r in named):
+        return named + rows
     ends = {c.rank for c in causes}
     victims = {r for c in causes for r in c.waiting} - ends
     kept = [

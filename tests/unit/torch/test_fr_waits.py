@@ -109,3 +109,21 @@ def test_straggler_that_starts_late_is_gpu(tmp_path: Path) -> None:
     got = fr_lateness.rank_lateness(d, 2)
     assert got is not None and got.component.value == "gpu"
     assert fr_lateness.rank_lateness(d, 1) is None
+
+
+def test_a_mismatch_stays_ahead_of_the_waits_it_caused(tmp_path: Path) -> None:
+    """gloo aborts rank 0 on meeting rank 1's larger all-reduce: rank 0
+    leaves no dump, ranks 2 and 3 wait on it. The mismatch is the cause."""
+    for r in (1, 2, 3):
+        big = {"input_sizes": [[16]], "output_sizes": [[16]]} if r == 1 else {}
+        odd = entry(21, 1050 + r * 0.1, retired=False, state="started", **big)
+        write(tmp_path, r, [*healthy(20, r), odd])
+    rows = fr.analyze(fr.load_dir(tmp_path, world_size=4))["root_causes"]
+    assert (rows[0]["rank"], rows[0]["kind"], rows[0]["component"]) == (
+        1,
+        "mismatch",
+        "config",
+    )
+    assert (0, "process", False) in {
+        (r["rank"], r["component"], r["best"]) for r in rows
+    }
