@@ -6,7 +6,9 @@ and turns ``wait_chain.follow``'s causes into root-cause rows. An unfinished
 op counts as a wait once it is older than the core's shortest hang
 (``DetectorConfig.hang_min_s``) when its rank's dump was written, or at once
 when a member it waits on left no dump: a dump written at a healthy exit
-holds ops still in flight, which are no hang.
+holds ops still in flight, which are no hang. A send or recv waits on its
+peer unless the peer sits in the matching op (``p2p_seq_id`` numbers them
+per rank, so they are matched by peer and direction only).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from mycroft.producers.torch.frdump import FrDumps, FrEntry
 from mycroft.streams.core.config import DetectorConfig
-from mycroft.streams.core.wait_chain import ChainCause, WaitState, follow
+from mycroft.streams.core.wait_chain import ChainCause, Node, WaitState, follow
 
 
 def _issued(d: FrDumps) -> dict[tuple[int, str], int]:
@@ -31,28 +33,57 @@ def _dead(d: FrDumps) -> frozenset[int]:
     return frozenset(d.missing) | {r for r, rows in d.entries.items() if not rows}
 
 
+def _open(d: FrDumps, e: FrEntry, min_ns: int) -> bool:
+    """Unfinished and, when its rank's dump was written, a hang old."""
+    if e.retired or e.state == "completed":
+        return False
+    return d.mtime_ns.get(e.rank, 0) - e.created_ns >= min_ns
+
+
 def _waits(
     d: FrDumps, e: FrEntry, issued: dict[tuple[int, str], int], min_ns: int
 ) -> bool:
     """Whether ``e`` (unfinished) is a wait: old enough, or on a dead rank."""
-    if e.retired or e.state == "completed":
-        return False
-    if d.mtime_ns.get(e.rank, 0) - e.created_ns >= min_ns:
-        return True
+    if not _open(d, e, 0) or _open(d, e, min_ns):
+        return _open(d, e, min_ns)
     lagging = [m for m in d.groups.get(e.pg, ()) if issued.get((m, e.pg), -1) < e.seq]
     return bool(set(lagging) & _dead(d))
+
+
+def _peer(d: FrDumps, e: FrEntry) -> int:
+    """Global rank of a send's or recv's peer; -1 when its group is unknown."""
+    members = d.groups.get(e.pg, ())
+    return members[e.peer] if 0 <= e.peer < len(members) else -1
+
+
+def _p2p(d: FrDumps, min_ns: int) -> dict[Node, tuple[int, ...]]:
+    """Each open send or recv -> its peer, or nobody when the peer sits in
+    the matching op (the two met: what stalls them is not a wait)."""
+    live = {r: [e for e in rows if _open(d, e, min_ns)] for r, rows in d.p2p.items()}
+    out: dict[Node, tuple[int, ...]] = {}
+    for rank, rows in live.items():
+        for e in rows:
+            peer = _peer(d, e)
+            if peer < 0:
+                continue
+            met = any(o.op != e.op and _peer(d, o) == rank for o in live.get(peer, []))
+            out[(rank, f"{e.pg}/p2p", e.p2p_seq)] = () if met else (peer,)
+    return out
 
 
 def wait_state(d: FrDumps, config: DetectorConfig | None = None) -> WaitState:
     """The core's view of what every rank of the dumps waits in."""
     min_ns = int((config or DetectorConfig()).hang_min_s * 1e9)
     issued = _issued(d)
+    peer_waits = _p2p(d, min_ns)
     open_ops = {
         rank: tuple((e.pg, e.seq) for e in rows if _waits(d, e, issued, min_ns))
+        + tuple((g, q) for r, g, q in peer_waits if r == rank)
         for rank, rows in d.entries.items()
     }
     ops = {(e.pg, e.seq): e.op for rows in d.entries.values() for e in rows}
-    return WaitState(d.groups, issued, open_ops, _dead(d), ops)
+    ops |= {(f"{e.pg}/p2p", e.p2p_seq): e.op for rows in d.p2p.values() for e in rows}
+    return WaitState(d.groups, issued, open_ops, _dead(d), ops, peer_waits)
 
 
 def with_chain(

@@ -55,6 +55,7 @@ class FrEntry:
     started_ns: int = 0
     p2p: bool = False
     peer: int = -1
+    p2p_seq: int = -1
     rows: int = 1
     """Flight Recorder rows this entry stands for (a coalesced group's rows
     share one ``collective_seq_id`` and are one op here)."""
@@ -159,6 +160,7 @@ def _entry(rank: int, e: dict[str, Any]) -> FrEntry:
         int(e.get("time_discovered_started_ns") or 0),
         bool(e.get("is_p2p")),
         _peer(e.get("profiling_name"), name),
+        int(e.get("p2p_seq_id") or 0) if e.get("is_p2p") else -1,
     )
 
 

@@ -17,7 +17,7 @@ time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mycroft.schemas.vocab import Component
 
@@ -36,6 +36,9 @@ class WaitState:
         open_ops: Per rank, the ``(group, seq)`` of its unfinished ops.
         no_dump: Ranks without a dump or any records.
         ops: Op name per ``(group, seq)``, for the evidence text (optional).
+        peer_waits: Ranks an unfinished op waits on, given outright instead
+            of read from ``issued`` (a send or recv waits on its peer; empty
+            when the peer sits in the matching op).
     """
 
     members: Mapping[str, tuple[int, ...]]
@@ -43,6 +46,7 @@ class WaitState:
     open_ops: Mapping[int, tuple[tuple[str, int], ...]]
     no_dump: frozenset[int]
     ops: Mapping[tuple[str, int], str]
+    peer_waits: Mapping[Node, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,10 @@ class ChainCause:
 
 
 def _lagging(s: WaitState, node: Node) -> list[int]:
-    """Members of the node's group that have not issued its op."""
+    """Members of the node's group that have not issued its op (for a
+    point-to-point op: its ``peer_waits``)."""
+    if node in s.peer_waits:
+        return list(s.peer_waits[node])
     rank, group, seq = node
     members = s.members.get(group, ())
     return [m for m in members if m != rank and s.issued.get((m, group), -1) < seq]

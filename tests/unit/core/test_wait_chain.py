@@ -96,3 +96,35 @@ def test_nothing_blocked_names_nobody() -> None:
 def test_all_arrived_op_waits_on_nobody() -> None:
     open_ops = {r: (("0", 9),) for r in WORLD}  # a device or network hang
     assert follow(state(progress(9, 4, 4), open_ops)) == []
+
+
+def test_recv_waits_on_its_peer() -> None:
+    """Rank 4 sits in a recv from rank 7 that rank 7 never sent: rank 7 waits
+    in the world's #10, which rank 4 never issued. The recv's peer is
+    followed (not group progress) and the two wait in a cycle."""
+    issued = progress(9, 4, 4)
+    issued[(4, "0")] = 8
+    p2p = ("2/p2p", 0)
+    open_ops = {r: (("0", 9),) for r in WORLD if r != 4} | {4: (p2p,)}
+    s = WaitState(MEMBERS, issued, open_ops, frozenset(), OPS, {(4, *p2p): (7,)})
+    causes = follow(s)
+    assert [(c.rank, c.component, c.cycle) for c in causes] == [
+        (4, Component.CONFIG, (4, 7))
+    ]
+
+
+def test_recv_from_an_idle_peer_is_host() -> None:
+    members = {"0": (0, 1, 2)}
+    issued = {(0, "0"): 5, (1, "0"): 4, (2, "0"): 4}
+    p2p = ("0/p2p", 3)
+    open_ops = {0: (("0", 5),), 1: (p2p,), 2: ()}
+    s = WaitState(members, issued, open_ops, frozenset(), {}, {(1, *p2p): (2,)})
+    assert [(c.rank, c.component) for c in follow(s)] == [(2, Component.HOST)]
+
+
+def test_send_and_recv_that_met_wait_on_nobody() -> None:
+    members = {"0": (0, 1)}
+    open_ops = {0: (("0/p2p", 0),), 1: (("0/p2p", 0),)}
+    peer_waits = {(0, "0/p2p", 0): (), (1, "0/p2p", 0): ()}
+    s = WaitState(members, {}, open_ops, frozenset(), {}, peer_waits)
+    assert follow(s) == []

@@ -127,3 +127,27 @@ def test_a_mismatch_stays_ahead_of_the_waits_it_caused(tmp_path: Path) -> None:
     assert (0, "process", False) in {
         (r["rank"], r["component"], r["best"]) for r in rows
     }
+
+
+def recv(rank: int, src: int, t_ms: float, **kw: Any) -> dict[str, Any]:
+    name = f"recv {rank}<-{src}"
+    return entry(0, t_ms, is_p2p=True, p2p_seq_id=1, collective_seq_id=20, **kw) | {
+        "profiling_name": f"nccl:{name}"
+    }
+
+
+def test_a_recv_is_followed_to_its_peer(tmp_path: Path) -> None:
+    """Ranks 0 and 3 wait in the world's #21; rank 1 never issued it, sitting
+    in a recv from rank 2, which is idle: rank 2 is named, not rank 1."""
+    for r in range(4):
+        rows = healthy(20, r)
+        if r in (0, 3):
+            rows.append(entry(21, 1050 + r * 0.1, retired=False, state="started"))
+        if r == 1:
+            rows.append(recv(1, 2, 1040, retired=False, state="started"))
+        write(tmp_path, r, rows)
+    doc = fr.analyze(fr.load_dir(tmp_path))
+    best = doc["root_causes"][0]
+    assert (best["rank"], best["kind"], best["component"]) == (2, "hang", "host")
+    assert "waiting: ranks [0, 1, 3]" in best["reason"]
+    assert {r["rank"] for r in doc["root_causes"]} == {2}
