@@ -65,13 +65,16 @@ TORCH_OPS: dict[str, int] = {
 UNKNOWN_KIND = 255
 """``FrEntry.kind`` of a name outside ``TORCH_OPS`` (outside ``OP_NAMES``)."""
 
+_ALL_TO_ALL = {"all_to_all", "alltoall", "alltoall_base"}
+_ALL_TO_ALL |= {"all_to_all_single", "all_to_all_v_single"}
 OUT_OF_PLACE_EXEMPT: dict[str, frozenset[str]] = {
-    "input": frozenset({"all_to_all", "scatter", "coalesced"}),
-    "output": frozenset({"all_to_all", "gather", "coalesced"}),
+    "input": frozenset({*_ALL_TO_ALL, "scatter", "all_gather_v", "coalesced"}),
+    "output": frozenset({*_ALL_TO_ALL, "gather", "reduce_scatter_v", "coalesced"}),
 }
 """Ops whose input or output sizes legitimately differ across ranks (a
 scatter's inputs live on the root only, a gather's outputs likewise, an
-all-to-all's splits are per rank)."""
+all-to-all's splits are per rank, a ``_v`` op's per-rank part has its own
+size)."""
 
 
 def op_name(profiling_name: object) -> str:

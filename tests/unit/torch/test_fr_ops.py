@@ -137,3 +137,11 @@ def test_p2p_entries_are_kept_apart_and_counted(tmp_path: Path) -> None:
     assert [(e.op, e.peer) for e in d.p2p[0]] == [("send", 1)]
     assert [(e.op, e.peer) for e in d.p2p[1]] == [("recv", 0)]
     assert fr.analyze(d)["flight_recorder"]["p2p_records"] == 2
+
+
+def test_uneven_all_to_all_splits_are_no_mismatch(tmp_path: Path) -> None:
+    for r in range(4):
+        sizes = {"input_sizes": [[8 + r]], "output_sizes": [[11 - r]]}
+        op = entry(6, 300, "all_to_all_single", **sizes)
+        write(tmp_path, r, [*healthy(5, r), op])
+    assert fr.fr_checks.mismatches(fr.load_dir(tmp_path)) == []
