@@ -348,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"blocked: {b['op']} seq {b['collective_seq_id']} of group {b['group']} "
             f"({b['role']}): waiting {b['waiting_ranks']}, "
             f"not arrived {b['not_arrived']}, no dump {b['no_dump']}"
+            + (f", states {b['states']}" if b["states"] else "")
         )
     for row in doc["root_causes"]:
         mark = "*" if row["best"] else " "

@@ -119,13 +119,18 @@ def test_scatter_inputs_may_differ(tmp_path: Path) -> None:
     assert fr.analyze(fr.load_dir(tmp_path))["flight_recorder"]["mismatches"] == []
 
 
-def test_state_is_compared_across_ranks_of_a_blocked_op(tmp_path: Path) -> None:
+def test_state_is_compared_across_ranks_of_a_blocked_op(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for r in range(4):
         state = "scheduled" if r == 3 else "started"
         rows = [*healthy(20, r), entry(21, 1050, retired=False, state=state)]
         write(tmp_path, r, rows)
     blocked = fr.analyze(fr.load_dir(tmp_path))["flight_recorder"]["blocked"]
     assert blocked[0]["states"] == {"scheduled": [3], "started": [0, 1, 2]}
+    fr.main([str(tmp_path)])
+    said = capsys.readouterr().out
+    assert "states {'scheduled': [3], 'started': [0, 1, 2]}" in said
 
 
 def test_p2p_entries_are_kept_apart_and_counted(tmp_path: Path) -> None:
