@@ -120,7 +120,9 @@ def read_dump(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _nbytes(sizes: list[Any], dtypes: list[Any]) -> int:
+def nbytes(sizes: list[Any], dtypes: list[Any]) -> int:
+    """Bytes of tensors of ``sizes`` (element size from ``dtypes``; Float
+    where a dtype is missing, 1 byte where it is unknown)."""
     dtypes = [*dtypes, *["Float"] * len(sizes)]
     return sum(
         math.prod(int(d) for d in shape) * _DTYPE_BYTES.get(str(t), 1)
@@ -130,10 +132,16 @@ def _nbytes(sizes: list[Any], dtypes: list[Any]) -> int:
 
 def _peer(profiling_name: object, name: str) -> int:
     """Group-local peer of a send (``send 0->1``) or recv (``recv 1<-0``)."""
-    found = re.search(r"(\d+)(->|<-)(\d+)", str(profiling_name or ""))
-    if found is None or name not in ("send", "recv"):
+    if name not in ("send", "recv"):
         return -1
-    return int(found.group(3))
+    found = re.search(r"(\d+)(->|<-)(\d+)", str(profiling_name or ""))
+    return -1 if found is None else int(found.group(3))
+
+
+def _detail(e: dict[str, Any]) -> tuple[str, str]:
+    """Output sizes and ``input | output`` dtypes, as compared across ranks."""
+    dtypes = [*(e.get("input_dtypes") or []), "|", *(e.get("output_dtypes") or [])]
+    return str(list(e.get("output_sizes") or [])), " ".join(str(t) for t in dtypes)
 
 
 def _entry(rank: int, e: dict[str, Any]) -> FrEntry:
@@ -141,7 +149,7 @@ def _entry(rank: int, e: dict[str, Any]) -> FrEntry:
     pg = e.get("process_group") or ("", "")
     name = op_name(e.get("profiling_name"))
     sizes = list(e.get("input_sizes") or [])
-    dtypes = [*(e.get("input_dtypes") or []), "|", *(e.get("output_dtypes") or [])]
+    out_sizes, dtypes = _detail(e)
     return FrEntry(
         rank,
         str(pg[0]),
@@ -149,13 +157,13 @@ def _entry(rank: int, e: dict[str, Any]) -> FrEntry:
         int(e.get("collective_seq_id", 0)) - 1,
         name,
         op_kind(name),
-        int(_nbytes(sizes, list(e.get("input_dtypes") or []))),
+        int(nbytes(sizes, list(e.get("input_dtypes") or []))),
         str(sizes),
         int(e.get("time_created_ns") or 0),
         bool(e.get("retired", False)),
         int(e.get("time_discovered_completed_ns") or 0),
-        str(list(e.get("output_sizes") or [])),
-        " ".join(str(t) for t in dtypes),
+        out_sizes,
+        dtypes,
         str(e.get("state") or ""),
         int(e.get("time_discovered_started_ns") or 0),
         bool(e.get("is_p2p")),

@@ -79,8 +79,7 @@ size)."""
 
 def op_name(profiling_name: object) -> str:
     """``"nccl:send 0->1"`` -> ``"send"``: the op name without backend or peers."""
-    name = str(profiling_name or "").split(":", 1)[-1]
-    return name.split(" ", 1)[0]
+    return str(profiling_name or "").rpartition(":")[2].partition(" ")[0]
 
 
 def op_kind(name: str) -> int:
