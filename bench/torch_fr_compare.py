@@ -101,7 +101,7 @@ def compare(scenario: str, pickles: Path, work: Path) -> dict[str, Any]:
     dumps = fr.load_dir(pickles, world_size=4)
     fixed = work / f"{scenario}-fixed"
     repair(pickles, fixed, dumps)
-    rank, component, kind = harness.EXPECTED[scenario]
+    rank, component, kind = harness.FR_EXPECTED[scenario]
     return {
         "expected": {"rank": rank, "component": component, "kind": kind},
         "dumps": sorted(dumps.entries),
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         "setup": "4 gloo ranks on one 2-core machine, torch 2.13.0; dumps by an "
         "in-process watchdog (_dump_fr_trace without stacks, 3 s without "
         "progress, on error, at exit); verdicts: crash, none, set/single + ranks",
+        "dumps": str(args.dumps) if args.dumps else "generated fresh",
         "scenarios": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

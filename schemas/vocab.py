@@ -21,8 +21,16 @@ OP_NAMES: tuple[str, ...] = (
     "barrier",
     "gather",
     "scatter",
+    "split",
+    "window",
+    "coalesced",
 )
-"""Collective or point-to-point operation names (``op_kind`` codes)."""
+"""Collective or point-to-point operation names (``op_kind`` codes).
+
+``split`` (a communicator split), ``window`` (a window registration) and
+``coalesced`` (a coalesced group whose member ops were not recorded one by
+one) are group-wide calls PyTorch's Flight Recorder records beside the data
+collectives."""
 
 ALGORITHMS: tuple[str, ...] = (
     "unknown",

@@ -15,11 +15,14 @@ time: a retired op is taken to end at its last member's arrival (at most the
 rank's next issue). A rank is alive until its dump's mtime, at most
 ``DUMP_HORIZON_NS`` after the newest entry (a copied file's mtime is the
 copy's, not the dump's). The same core
-(``streams.analyze.run``) names culprits; FR-only evidence is added here: a
-rank whose dump is missing while peers wait in an op of its group is named
-(component ``process``) when the core names nobody, and a core culprit
+(``streams.analyze.run``) names culprits; FR-only evidence is added here:
+the waits of blocked ranks are followed across groups (``fr_waits``) to a
+rank without a dump (``process``), an idle one (``host``) or a cycle of
+waits (``config``), ahead of the core's rows; ops whose sizes, dtypes or
+names differ across ranks are listed (``fr_checks``), and a core culprit
 without a dump is relabelled ``process``. Output as ``mycroft analyze``
-plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops).
+plus a ``flight_recorder`` section (dumps, missing, skipped, blocked ops,
+mismatches, unknown op names, p2p records).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
+from mycroft.streams import fr_checks, fr_lateness, fr_waits
 from mycroft.streams.analyze import run, to_json
 
 __all__ = ["FrDumps", "FrEntry", "analyze", "load_dir", "main", "read_dump"]
@@ -179,6 +183,7 @@ def _state(
     ops = [
         (e.rank, comm_hash(e.pg), e.seq, e.kind, 0, 0, e.nbytes, e.created_ns, 0, 0)
         for e in flight.values()
+        if e.known  # counted in FrDumps.unknown_ops, reported by analyze
     ]
     return StateBatch(
         head,
@@ -192,6 +197,7 @@ def _completions(head: BatchHeader, done: list[tuple[FrEntry, int]]) -> Completi
         (e.rank, comm_hash(e.pg), e.seq, e.kind, e.nbytes, e.created_ns, e.created_ns)
         + (end, 0)
         for e, end in done
+        if e.known
     ]
     return CompletionBatch(head, np.array(rows, dtype=dtype_of(DONE_OP_COLUMNS)))
 
@@ -217,6 +223,7 @@ def blocked(d: FrDumps) -> list[dict[str, Any]]:
                 "waiting_ranks": sorted({e.rank for e in waiting if e.seq == seq}),
                 "not_arrived": [r for r in members if r not in arrived],
                 "no_dump": [r for r in members if r not in d.entries],
+                "states": fr_checks.states(at),
             }
         )
     return out
@@ -235,49 +242,70 @@ def analyze(d: FrDumps, job_id: str = "flight-recorder") -> dict[str, Any]:
                 "no Flight Recorder dump while peers wait on it: the process died "
                 f"(core: {row['reason']})"
             )
-    if not doc["root_causes"]:
-        doc["root_causes"] = _missing_dump_culprits(d, stuck, job_id)
+    odd = fr_checks.mismatches(d)
+    doc["root_causes"] += _mismatch_culprits(doc["root_causes"], odd, job_id)
+    doc["root_causes"] = fr_waits.with_chain(d, doc["root_causes"], job_id)
+    fr_lateness.relabel_slow(d, doc["root_causes"])
     doc["flight_recorder"] = {
         "world_size": d.world,
         "dumps": sorted(d.entries),
         "missing": sorted(missing),
         "skipped": d.skipped,
         "blocked": stuck,
+        "mismatches": odd,
+        "unknown_ops": dict(sorted(d.unknown_ops.items())),
+        "p2p_records": sum(len(v) for v in d.p2p.values()),
     }
     return doc
 
 
-def _missing_dump_culprits(
-    d: FrDumps, stuck: list[dict[str, Any]], job_id: str
+def _cause(job_id: str, key: str, rank: int, **fields: Any) -> dict[str, Any]:
+    """A root-cause row shaped as ``mycroft analyze`` writes them."""
+    when = fields.pop("when_s")
+    return {
+        "incident_id": f"{job_id}:{fields['kind']}:{key}:{rank}",
+        "revision": 0,
+        "best": False,
+        "rank": rank,
+        "host": "",
+        "peer": None,
+        "channel": None,
+        **fields,
+        "onset_s": when,
+        "detected_at_s": when,
+        "resolved_at_s": when,
+    }
+
+
+def _mismatch_culprits(
+    named: list[dict[str, Any]], odd: list[dict[str, Any]], job_id: str
 ) -> list[dict[str, Any]]:
-    """FR-only evidence: peers wait in an op of a group whose member left no dump."""
-    rows: list[dict[str, Any]] = []
-    for b in stuck:
-        for r in b["no_dump"]:
-            if any(row["rank"] == r for row in rows):
-                continue
-            waiting = b["waiting_ranks"]
-            when = max(e.created_ns for rr in waiting for e in d.entries[rr]) / 1e9
-            rows.append(
-                {
-                    "incident_id": f"{job_id}:hang:missing-dump:{r}",
-                    "revision": 0,
-                    "best": not rows,
-                    "rank": r,
-                    "host": "",
-                    "peer": None,
-                    "channel": None,
-                    "component": "process",
-                    "kind": "hang",
-                    "confidence": round(0.9 / max(len(b["no_dump"]), 1), 3),
-                    "reason": f"rank {r} left no Flight Recorder dump while ranks "
-                    f"{waiting} wait in {b['op']} seq {b['collective_seq_id']} "
-                    f"of group {b['group']} ({b['role']}): the process died",
-                    "onset_s": when,
-                    "detected_at_s": when,
-                    "resolved_at_s": when,
-                }
+    """FR-only evidence the core has no columns for (output sizes, dtypes,
+    op names): the ranks in the minority of the first mismatched op."""
+    first = next((m for m in odd if m["minority"]), None)
+    if first is None or any(r["kind"] == "mismatch" for r in named):
+        return []
+    rows = []
+    for rank in first["ranks"]:
+        why = (
+            f"{first['field']} of op #{first['collective_seq_id']} of group "
+            f"{first['group']}: {first['found'][str(rank)]}, the others "
+            f"{first['expected']}"
+        )
+        rows.append(
+            _cause(
+                job_id,
+                "fr-mismatch",
+                rank,
+                component="config",
+                kind="mismatch",
+                confidence=round(0.9 / len(first["ranks"]), 3),
+                reason=why,
+                when_s=first["issued_s"],
             )
+        )
+    if rows and not named:
+        rows[0]["best"] = True
     return rows
 
 
@@ -308,11 +336,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"dumps of ranks {fr['dumps']}; missing {fr['missing']}")
     for s in fr["skipped"]:
         print(f"skipped {s['file']}: {s['reason']}")
+    if fr_checks.unknown_line(d):
+        print(fr_checks.unknown_line(d))
+    for m in fr["mismatches"]:
+        print(
+            f"mismatch: {m['field']} of #{m['collective_seq_id']} of group "
+            f"{m['group']}: {m['found']}, the others {m['expected']}"
+        )
     for b in fr["blocked"]:
         print(
             f"blocked: {b['op']} seq {b['collective_seq_id']} of group {b['group']} "
             f"({b['role']}): waiting {b['waiting_ranks']}, "
             f"not arrived {b['not_arrived']}, no dump {b['no_dump']}"
+            + (f", states {b['states']}" if b["states"] else "")
         )
     for row in doc["root_causes"]:
         mark = "*" if row["best"] else " "

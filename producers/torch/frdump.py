@@ -17,35 +17,12 @@ import json
 import math
 import pickle
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mycroft.schemas.vocab import OP_NAMES
+from mycroft.producers.torch.frops import UNKNOWN_KIND, op_kind, op_name
 
-_OPS = {
-    "all_reduce": "allreduce",
-    "allreduce": "allreduce",
-    "all_reduce_coalesced": "allreduce",
-    "all_gather": "allgather",
-    "allgather": "allgather",
-    "_allgather_base": "allgather",
-    "all_gather_into_tensor": "allgather",
-    "reduce_scatter": "reducescatter",
-    "_reduce_scatter_base": "reducescatter",
-    "reduce_scatter_tensor": "reducescatter",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "barrier": "barrier",
-    "all_to_all": "alltoall",
-    "alltoall": "alltoall",
-    "alltoall_base": "alltoall",
-    "all_to_all_single": "alltoall",
-    "gather": "gather",
-    "scatter": "scatter",
-    "send": "send",
-    "recv": "recv",
-}
 _DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4}
 _DTYPE_BYTES |= {"Long": 8, "Short": 2, "Char": 1, "Byte": 1, "Bool": 1}
 
@@ -72,6 +49,21 @@ class FrEntry:
     created_ns: int
     retired: bool
     completed_ns: int = 0
+    out_sizes: str = ""
+    dtypes: str = ""
+    state: str = ""
+    started_ns: int = 0
+    p2p: bool = False
+    peer: int = -1
+    p2p_seq: int = -1
+    rows: int = 1
+    """Flight Recorder rows this entry stands for (a coalesced group's rows
+    share one ``collective_seq_id`` and are one op here)."""
+
+    @property
+    def known(self) -> bool:
+        """Whether the op name has a Mycroft op kind."""
+        return self.kind != UNKNOWN_KIND
 
 
 @dataclass
@@ -84,6 +76,10 @@ class FrDumps:
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
     world: int = 0
+    unknown_ops: dict[str, int] = field(default_factory=dict)
+    """Rows per op name outside ``frops.TORCH_OPS`` (kept, never dropped)."""
+    p2p: dict[int, list[FrEntry]] = field(default_factory=dict)
+    """Per rank, its send/recv entries (not sequenced per group)."""
 
     @property
     def missing(self) -> list[int]:
@@ -124,32 +120,99 @@ def read_dump(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _entry(rank: int, e: dict[str, Any]) -> FrEntry | None:
-    if e.get("is_p2p"):
-        return None
-    pg = e.get("process_group") or ("", "")
-    name = str(e.get("profiling_name", "")).split(":")[-1]
-    op = _OPS.get(name, name)
-    kind = OP_NAMES.index(op) if op in OP_NAMES else 200 + sum(op.encode()) % 50
-    sizes = e.get("input_sizes") or []
-    dtypes = list(e.get("input_dtypes") or []) + ["Float"] * len(sizes)
-    nbytes = sum(
-        math.prod(int(d) for d in s) * _DTYPE_BYTES.get(str(t), 1)
-        for s, t in zip(sizes, dtypes, strict=False)
+def nbytes(sizes: list[Any], dtypes: list[Any]) -> int:
+    """Bytes of tensors of ``sizes`` (element size from ``dtypes``; Float
+    where a dtype is missing, 1 byte where it is unknown)."""
+    dtypes = [*dtypes, *["Float"] * len(sizes)]
+    return sum(
+        math.prod(int(d) for d in shape) * _DTYPE_BYTES.get(str(t), 1)
+        for shape, t in zip(sizes, dtypes, strict=False)
     )
+
+
+def _peer(profiling_name: object, name: str) -> int:
+    """Group-local peer of a send (``send 0->1``) or recv (``recv 1<-0``)."""
+    if name not in ("send", "recv"):
+        return -1
+    found = re.search(r"(\d+)(->|<-)(\d+)", str(profiling_name or ""))
+    return -1 if found is None else int(found.group(3))
+
+
+def _detail(e: dict[str, Any]) -> tuple[str, str]:
+    """Output sizes and ``input | output`` dtypes, as compared across ranks."""
+    dtypes = [*(e.get("input_dtypes") or []), "|", *(e.get("output_dtypes") or [])]
+    return str(list(e.get("output_sizes") or [])), " ".join(str(t) for t in dtypes)
+
+
+def _entry(rank: int, e: dict[str, Any]) -> FrEntry:
+    """One Flight Recorder entry dict as an ``FrEntry`` of ``rank``."""
+    pg = e.get("process_group") or ("", "")
+    name = op_name(e.get("profiling_name"))
+    sizes = list(e.get("input_sizes") or [])
+    out_sizes, dtypes = _detail(e)
     return FrEntry(
         rank,
         str(pg[0]),
         str(pg[1]) if len(pg) > 1 else "",
         int(e.get("collective_seq_id", 0)) - 1,
         name,
-        kind,
-        int(nbytes),
+        op_kind(name),
+        int(nbytes(sizes, list(e.get("input_dtypes") or []))),
         str(sizes),
         int(e.get("time_created_ns") or 0),
         bool(e.get("retired", False)),
         int(e.get("time_discovered_completed_ns") or 0),
+        out_sizes,
+        dtypes,
+        str(e.get("state") or ""),
+        int(e.get("time_discovered_started_ns") or 0),
+        bool(e.get("is_p2p")),
+        _peer(e.get("profiling_name"), name),
+        int(e.get("p2p_seq_id") or 0) if e.get("is_p2p") else -1,
     )
+
+
+_STATES = ("scheduled", "started", "completed")
+
+
+def _unit(rows: list[FrEntry]) -> FrEntry:
+    """Coalesced rows sharing one sequence id, as one op: sizes side by side,
+    bytes summed, retired and state as far as its least advanced row."""
+    if len(rows) == 1:
+        return rows[0]
+    named = [e for e in rows if e.op != "coalesced"] or rows
+    least = min((e.state for e in rows), key=lambda s: (_STATES + (s,)).index(s))
+    return replace(
+        named[0],
+        op="+".join(dict.fromkeys(e.op for e in named)),
+        nbytes=sum(e.nbytes for e in rows),
+        sizes=" ".join(e.sizes for e in rows),
+        out_sizes=" ".join(e.out_sizes for e in rows),
+        dtypes=" ".join(e.dtypes for e in rows),
+        created_ns=min(e.created_ns for e in rows),
+        retired=all(e.retired for e in rows),
+        completed_ns=max(e.completed_ns for e in rows),
+        started_ns=max(e.started_ns for e in rows),
+        state=least,
+        rows=len(rows),
+    )
+
+
+def _units(rows: list[FrEntry]) -> list[FrEntry]:
+    """Group-collective entries merged per ``(pg, seq)``, in issue order."""
+    by_op: dict[tuple[str, int], list[FrEntry]] = {}
+    for e in rows:
+        by_op.setdefault((e.pg, e.seq), []).append(e)
+    return sorted((_unit(g) for g in by_op.values()), key=lambda e: e.created_ns)
+
+
+def _keep(out: FrDumps, rank: int, rows: list[FrEntry]) -> None:
+    """File one rank's entries: p2p apart, unknown names counted."""
+    for e in rows:
+        if not e.known:
+            out.unknown_ops[e.op] = out.unknown_ops.get(e.op, 0) + 1
+    out.p2p[rank] = [e for e in rows if e.p2p]
+    out.entries[rank] = _units([e for e in rows if not e.p2p])
 
 
 def load_dir(path: Path | str, world_size: int = 0) -> FrDumps:
@@ -169,9 +232,7 @@ def load_dir(path: Path | str, world_size: int = 0) -> FrDumps:
         except (ValueError, OSError, KeyError, TypeError) as exc:
             out.skipped.append({"file": f.name, "reason": str(exc)})
             continue
-        out.entries[rank] = sorted(
-            (e for e in rows if e is not None), key=lambda e: e.created_ns
-        )
+        _keep(out, rank, rows)
         out.mtime_ns[rank] = f.stat().st_mtime_ns
         configs.append(doc.get("pg_config") or {})
     listed = {r for c in configs for v in c.values() for r in _parse_ranks(v["ranks"])}

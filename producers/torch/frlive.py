@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mycroft.producers.ring_layout import DTYPES
-from mycroft.producers.torch.frdump import _entry
+from mycroft.producers.torch.frdump import nbytes
+from mycroft.producers.torch.frops import op_kind, op_name
 from mycroft.producers.torch.tracer import CommRef, Tracer
 
 log = logging.getLogger(__name__)
@@ -107,21 +108,22 @@ def fr_op(entry: dict[str, Any]) -> FrOp | None:
     ``input_dtypes``); times are wall-clock epoch ns, 0 when the FR has none
     (gloo never fills start or completion).
     """
-    got = _entry(-1, entry)
-    if got is None:
+    if entry.get("is_p2p"):
         return None
     dtypes = entry.get("input_dtypes") or [""]
     name = _FR_DTYPES.get(str(dtypes[0]), "other" if dtypes[0] else "unknown")
+    pg = entry.get("process_group") or ("", "")
+    sizes = list(entry.get("input_sizes") or [])
     return FrOp(
-        got.pg,
-        got.seq,
-        got.kind,
-        got.nbytes,
+        str(pg[0]),
+        int(entry.get("collective_seq_id", 0)) - 1,
+        op_kind(op_name(entry.get("profiling_name"))),
+        int(nbytes(sizes, list(entry.get("input_dtypes") or []))),
         _DTYPE_CODE[name],
-        got.created_ns,
+        int(entry.get("time_created_ns") or 0),
         int(entry.get("time_discovered_started_ns") or 0),
-        got.completed_ns,
-        got.retired,
+        int(entry.get("time_discovered_completed_ns") or 0),
+        bool(entry.get("retired", False)),
     )
 
 

@@ -61,7 +61,7 @@ def test_fr_names_culprit(tmp_path: Path, scenario: str) -> None:
     if scenario == "straggler" and _disturbed(fr.load_dir(pickles, world_size=4)):
         out = tmp_path / "fr-again"
         pickles = harness.generate_dumps(scenario, out)
-    rank, component, kind = harness.EXPECTED[scenario]
+    rank, component, kind = harness.FR_EXPECTED[scenario]
     for folder in (pickles, out / "json"):
         d = fr.load_dir(folder, world_size=4)
         doc = fr.analyze(d)

@@ -112,7 +112,7 @@ def test_straggler_from_late_arrivals(tmp_path: Path) -> None:
         write(tmp_path, r, dump(rows))
     doc = fr.analyze(fr.load_dir(tmp_path))
     best = doc["root_causes"][0]
-    assert (best["rank"], best["kind"]) == (2, "slowdown")
+    assert (best["rank"], best["kind"], best["component"]) == (2, "slowdown", "host")
 
 
 def test_bad_files_are_reported_not_fatal(
@@ -161,7 +161,8 @@ def test_analyze_command_reads_flight_recorder_dumps(
 def test_order_deadlock_blames_the_minority_issue_order(tmp_path: Path) -> None:
     """Ranks 0-2 wait in world seq 21 that rank 3 never issued; rank 3 waits
     in dp seq 21 that ranks 0-2 never issued: a control-edge cycle over two
-    comms. The rank whose issue order differs from the majority is named."""
+    comms: a collective-order bug (``config``) naming the rank whose issue
+    order differs from the majority, with both orders as evidence."""
     for r in range(4):
         rows = []
         for i in range(1, 21):
@@ -173,8 +174,14 @@ def test_order_deadlock_blames_the_minority_issue_order(tmp_path: Path) -> None:
     set_mtime(tmp_path, 21 * 50 + 4000)
     doc = fr.analyze(fr.load_dir(tmp_path))
     best = doc["root_causes"][0]
-    assert (best["rank"], best["kind"], best["component"]) == (3, "hang", "host")
+    assert (best["rank"], best["kind"], best["component"]) == (3, "hang", "config")
     assert len({r["rank"] for r in doc["root_causes"] if r["best"]}) == 1
+    majority = "ranks [0, 1, 2] issued all_reduce #21 of group 0 before all_reduce"
+    assert f"{majority} #21 of group 1" in best["reason"]
+    assert (
+        "rank 3 issued all_reduce #21 of group 1 before all_reduce #21 of group 0"
+        in best["reason"]
+    )
 
 
 def test_dumps_copied_days_later_cost_what_fresh_ones_do(tmp_path: Path) -> None:
