@@ -45,6 +45,14 @@ SIZE_RULES: dict[str, SizeRule] = {
     "barrier": SizeRule.EQUAL,
     "gather": SizeRule.EQUAL,
     "scatter": SizeRule.EQUAL,
+    # A communicator split moves no data: every member reports 0 bytes.
+    "split": SizeRule.EQUAL,
+    # A window registration: each rank registers its own buffer.
+    "window": SizeRule.PER_RANK,
+    # A coalesced group recorded as one op: its size is the sum of the
+    # member ops a rank put in it, which differs by design for the ``_v``
+    # and all-to-all members FSDP coalesces.
+    "coalesced": SizeRule.PER_RANK,
 }
 """Size rule of every name in ``vocab.OP_NAMES`` (a test keeps them in step)."""
 
