@@ -132,14 +132,19 @@ def detect_hangs(
     progress = comm_last_progress(ctx.store)
     if rhythm is not None:
         rhythm.step(progress)
+    least = ctx.cfg.rhythm_min_s * 1e9
+    stalled = {
+        c for c, (last, tick, busy) in progress.items() if busy and tick - last >= least
+    }
     for comm, (last, tick, busy) in progress.items():
         if not busy or last <= 0:
             continue
         stall = tick - last
-        if rhythm is not None and stall >= ctx.cfg.rhythm_min_s * 1e9:
-            holders = stall_holders(ctx.store, comm)
-            rhythm.watch(comm, holders, last)
-            if stall > shortest and rhythm.recurring(comm, holders, stall):
+        if rhythm is not None and comm in stalled:
+            holders = rhythm.held(comm, last)
+            if holders is None:
+                holders = stall_holders(ctx.store, comm, stalled)
+            if rhythm.watch(comm, holders, last, stall) and stall > shortest:
                 continue
         if stall <= shortest:
             continue

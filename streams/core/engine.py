@@ -207,14 +207,16 @@ class Analyzer:
     def detect(self, now_ns: int) -> list[Anomaly]:
         """Return every anomaly firing now (repeats included), no incident logic.
 
-        Slowdowns found while ingesting completions are returned once.
+        Slowdowns found while ingesting completions are returned once, but
+        not those of ops a recurring pause held up (``stall_rhythm``).
         """
         self._join()
         self._observe()
+        hangs = detect_hangs(self.ctx, now_ns, self.rhythm)
         found = (
-            self._pending
+            self.rhythm.excuse(self._pending)
             + detect_silence(self.ctx, now_ns)
-            + detect_hangs(self.ctx, now_ns, self.rhythm)
+            + hangs
             + detect_mismatch(self.ctx, now_ns, self.tracker.signature_rows())
             + detect_port_flaps(self.ctx, now_ns)
             + detect_slow_wire(self.ctx, now_ns)

@@ -10,8 +10,12 @@ and holders that is still within ``rhythm_mult`` times the longest earlier
 pause of that key a *recurring pause*: not a hang, a cost
 (:meth:`StallRhythm.costs`).
 
-A stall past that bound, one with no history, or one of another comm or
-holder set is judged by the hang detector as before. The trade-off: the
+A stall past that bound, one with no history, one of another comm or
+holder set, or one inside an op (every member issued it: the transport or
+a GPU, never the training loop's own pause) is judged by the hang detector
+as before. The op a recurring pause held up completes with the pause in
+its span and its late member's lateness: its slowdowns are the pause too,
+and :meth:`StallRhythm.excuse` drops them. The trade-off: the
 first pause of a rhythm pages once when it is longer than the hang
 threshold (nothing tells it from a hang before it resolves), and a real
 hang of the same comm and holders is detected only past the bound.
@@ -22,10 +26,12 @@ function of the records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from mycroft.schemas.records import Anomaly
+from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
 
@@ -46,6 +52,7 @@ class Pause:
     holders: tuple[int, ...]
     start_ns: int
     end_ns: int
+    recurring: bool = False
 
     @property
     def length_ns(self) -> int:
@@ -82,6 +89,7 @@ class _Open:
 
     holders: tuple[int, ...]
     start_ns: int
+    recurring: bool
 
 
 @dataclass
@@ -97,6 +105,7 @@ class StallRhythm:
     pauses: dict[Key, list[Pause]] = field(default_factory=dict)
     first_ns: int = 0
     last_ns: int = 0
+    excused: int = 0
 
     def step(self, progress: Progress) -> None:
         """Close the stalls whose comm progressed again; extend the job span."""
@@ -108,19 +117,35 @@ class StallRhythm:
             last = progress.get(comm, (0, 0, False))[0]
             if last > stall.start_ns:
                 del self.open[comm]
-                self._remember(Pause(comm, stall.holders, stall.start_ns, last))
+                pause = Pause(comm, stall.holders, stall.start_ns, last)
+                self._remember(replace(pause, recurring=stall.recurring))
 
-    def watch(self, comm: int, holders: tuple[int, ...], last_ns: int) -> None:
-        """Note that busy ``comm`` is stalled since ``last_ns`` (for at least
-        ``rhythm_min_s``), held by ``holders``."""
-        self.open[comm] = _Open(holders, last_ns)
+    def held(self, comm: int, last_ns: int) -> tuple[int, ...] | None:
+        """The holders of ``comm``'s stall since ``last_ns`` as first seen
+        (None: not watched yet). A stall keeps the holders it began with:
+        as the ranks it held catch up one by one, the last to issue its op
+        is not what held it."""
+        stall = self.open.get(comm)
+        return (
+            stall.holders if stall is not None and stall.start_ns == last_ns else None
+        )
+
+    def watch(
+        self, comm: int, holders: tuple[int, ...], last_ns: int, stall_ns: int
+    ) -> bool:
+        """Note that busy ``comm`` is stalled since ``last_ns`` for
+        ``stall_ns`` (at least ``rhythm_min_s``), held by ``holders``;
+        return whether that is a recurring pause (:meth:`recurring`)."""
+        again = self.recurring(comm, holders, stall_ns)
+        self.open[comm] = _Open(holders, last_ns, again)
+        return again
 
     def recurring(self, comm: int, holders: tuple[int, ...], stall_ns: int) -> bool:
         """Whether a stall of ``stall_ns`` is within the bound its key's
         earlier pauses give (``rhythm_mult`` x the longest); False without
         history."""
         bound = self.bound_ns((comm, holders))
-        return bound is not None and stall_ns <= bound
+        return bool(holders) and bound is not None and stall_ns <= bound
 
     def bound_ns(self, key: Key) -> int | None:
         """The longest stall of ``key`` that counts as recurring (None: no
@@ -130,9 +155,33 @@ class StallRhythm:
             return None
         return int(self.cfg.rhythm_mult * max(p.length_ns for p in past))
 
+    def excuse(self, found: list[Anomaly]) -> list[Anomaly]:
+        """``found`` without the slowdowns of ops that a recurring pause of
+        their comm held up (the op ran from ``onset_ns`` to at most
+        ``detected_ns``); counts them in ``excused``."""
+        kept = [a for a in found if not self._in_pause(a)]
+        self.excused += len(found) - len(kept)
+        return kept
+
+    def _in_pause(self, a: Anomaly) -> bool:
+        if a.kind is not FaultKind.SLOWDOWN or len(a.comms) != 1:
+            return False
+        comm = a.comms[0]
+        spans = [
+            (p.start_ns, p.end_ns)
+            for (c, _), past in self.pauses.items()
+            if c == comm
+            for p in past
+            if p.recurring
+        ]
+        stall = self.open.get(comm)
+        if stall is not None and stall.recurring:
+            spans.append((stall.start_ns, a.detected_ns))
+        return any(a.onset_ns <= e and a.detected_ns >= s for s, e in spans)
+
     def _remember(self, pause: Pause) -> None:
-        if pause.length_ns < self.cfg.rhythm_min_s * 1e9:
-            return
+        if not pause.holders or pause.length_ns < self.cfg.rhythm_min_s * 1e9:
+            return  # a stall inside an op is never the job's own rhythm
         past = self.pauses.setdefault((pause.comm, pause.holders), [])
         past.append(pause)
         del past[: -self.cfg.rhythm_keep]
@@ -149,16 +198,18 @@ class StallRhythm:
 
 
 def _cost(holders: tuple[int, ...], pauses: list[Pause], span_ns: int) -> PauseCost:
-    """One holder set's pauses, overlapping intervals merged."""
-    merged = _union(sorted((p.start_ns, p.end_ns) for p in pauses))
-    lengths = np.array([e - s for s, e in merged], dtype=np.float64) / 1e9
-    starts = np.array([s for s, _ in merged], dtype=np.float64) / 1e9
+    """One holder set's pauses: overlapping ones (several comms stopped by
+    one pause) are one event, as long as its longest comm's pause (the comms
+    it held up in turn stop later and resume later)."""
+    events = _events(sorted(pauses, key=lambda p: (p.start_ns, p.end_ns)))
+    lengths = np.array([max(p.length_ns for p in e) for e in events]) / 1e9
+    starts = np.array([e[0].start_ns for e in events], dtype=np.float64) / 1e9
     every = float(np.median(np.diff(starts))) if len(starts) > 1 else 0.0
     total = float(lengths.sum())
     return PauseCost(
         holders=holders,
         comms=tuple(sorted({p.comm for p in pauses})),
-        count=len(merged),
+        count=len(events),
         total_s=total,
         longest_s=float(lengths.max()),
         every_s=every,
@@ -166,36 +217,65 @@ def _cost(holders: tuple[int, ...], pauses: list[Pause], span_ns: int) -> PauseC
     )
 
 
-def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted intervals with overlapping ones merged."""
-    out: list[tuple[int, int]] = []
-    for s, e in intervals:
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
+def _events(pauses: list[Pause]) -> list[list[Pause]]:
+    """Pauses sorted by start, grouped where their intervals overlap."""
+    out: list[list[Pause]] = []
+    end = 0
+    for p in pauses:
+        if out and p.start_ns <= end:
+            out[-1].append(p)
+            end = max(end, p.end_ns)
         else:
-            out.append((s, e))
+            out.append([p])
+            end = p.end_ns
     return out
 
 
-def stall_holders(store: ProgressStore, comm: int) -> tuple[int, ...]:
-    """Members of ``comm`` that had not issued the op the others wait in
-    (none: every member is inside it)."""
+def stall_holders(
+    store: ProgressStore, comm: int, stalled: set[int]
+) -> tuple[int, ...]:
+    """The ranks whose own program the stall of ``comm`` waits on.
+
+    A comm's holders are its members that had not issued the op the others
+    wait in; a holder itself waiting in a ``stalled`` comm stands for that
+    comm's holders in turn (a data-parallel group waits on the tensor-parallel
+    group that waits on rank 0: rank 0 holds both). None when the chain ends
+    inside an op (every member of a stalled comm on it issued its op).
+    """
+    s = store.slots
+    busy = s["issued"] > s["done"]
+    out: set[int] = set()
+    seen, todo = {comm}, [comm]
+    while todo:
+        held = _raw_holders(store, todo.pop())
+        if not held:
+            return ()
+        for r in held:
+            waits = set(s["comm"][(s["rank"] == r) & busy].tolist()) & stalled
+            if not waits:
+                out.add(r)
+            todo += sorted(waits - seen)
+            seen |= waits
+    return tuple(sorted(out))
+
+
+def _raw_holders(store: ProgressStore, comm: int) -> list[int]:
+    """Members of ``comm`` that had not issued its oldest unfinished op."""
     s = store.slots
     m = s["comm"] == comm
     frontier = int(s["done"][m].min()) + 1
-    held = m & (s["issued"] < frontier)
-    return tuple(sorted(set(s["rank"][held].tolist())))
+    return sorted(set(s["rank"][m & (s["issued"] < frontier)].tolist()))
 
 
 def describe(cost: PauseCost) -> str:
     """One line for an operator: who pauses, how often, what it costs."""
     shown = ",".join(str(r) for r in cost.holders[:_SHOWN])
     more = f" (+{len(cost.holders) - _SHOWN})" if len(cost.holders) > _SHOWN else ""
-    plural = "s" if len(cost.holders) > 1 else ""
-    who = f"rank{plural} {shown}{more}" if cost.holders else "ranks inside an op"
+    one = len(cost.holders) == 1
+    who = f"rank {shown} pauses" if one else f"ranks {shown}{more} pause"
     every = f"every ~{cost.every_s:.0f} s " if cost.every_s else ""
     return (
-        f"{who} pause {every}for ~{cost.mean_s:.1f} s "
+        f"{who} {every}for ~{cost.mean_s:.1f} s "
         f"({cost.count} pauses, {cost.total_s:.1f} s): "
         f"{100 * cost.share:.1f} % of the job"
     )

@@ -6,6 +6,8 @@ import pickle
 
 import pytest
 
+from mycroft.schemas.records import Anomaly
+from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.core.config import DetectorConfig, with_overrides
 from mycroft.streams.core.stall_rhythm import StallRhythm, describe
 
@@ -21,7 +23,7 @@ def _pause(rh: StallRhythm, start_s: float, length_s: float, holders=RANK0) -> N
     while t - start < length_s * S:
         rh.step({COMM: (start, t, True)})
         if t - start >= rh.cfg.rhythm_min_s * S:
-            rh.watch(COMM, holders, start)
+            rh.watch(COMM, holders, start, t - start)
         t += S // 10
     end = start + int(length_s * S)
     rh.step({COMM: (end, end + S // 10, False)})
@@ -68,7 +70,7 @@ def test_costs_count_recurring_pauses_and_their_share_of_the_job() -> None:
     assert cost.total_s == pytest.approx(12.0, rel=0.02)
     assert cost.every_s == pytest.approx(30.0, rel=0.02)
     assert cost.share == pytest.approx(0.1, rel=0.02)
-    assert "rank 0 pause every ~30 s for ~3.0 s" in describe(cost)
+    assert "rank 0 pauses every ~30 s for ~3.0 s" in describe(cost)
     assert "10.0 % of the job" in describe(cost)
 
 
@@ -79,7 +81,7 @@ def test_one_pause_is_no_rhythm_and_overlapping_comms_count_once() -> None:
     for comm in (COMM, COMM + 1):  # one pause seen by two comms
         start = 40 * S
         rh.step({comm: (start, start + 2 * S, True)})
-        rh.watch(comm, RANK0, start)
+        rh.watch(comm, RANK0, start, 2 * S)
         rh.step({comm: (start + 3 * S, start + 3 * S, False)})
     (cost,) = rh.costs()
     assert cost.count == 2
@@ -91,3 +93,35 @@ def test_the_rhythm_survives_a_pickle_round_trip() -> None:
     _pause(rh, 10, 3.0)
     back = pickle.loads(pickle.dumps(rh))
     assert back.bound_ns((COMM, RANK0)) == rh.bound_ns((COMM, RANK0))
+
+
+def test_a_stall_inside_an_op_is_never_a_rhythm() -> None:
+    rh = StallRhythm(DetectorConfig())
+    _pause(rh, 10, 3.0, holders=())  # every member issued: transport or GPU
+    _pause(rh, 40, 3.0, holders=())
+    assert not rh.recurring(COMM, (), 3 * S)
+    assert rh.costs() == []
+
+
+def _slow(onset_s: float, detected_s: float, comm: int = COMM) -> Anomaly:
+    return Anomaly(
+        anomaly_id=f"j:slow_span:{onset_s}",
+        job_id="j",
+        kind=FaultKind.SLOWDOWN,
+        comms=(comm,),
+        ranks=(0, 1),
+        onset_ns=int(onset_s * S),
+        detected_ns=int(detected_s * S),
+        detector="slow_span",
+        summary="span",
+    )
+
+
+def test_only_slowdowns_of_ops_a_recurring_pause_held_up_are_excused() -> None:
+    rh = StallRhythm(DetectorConfig())
+    _pause(rh, 10, 3.0)  # the first pause: it paged, its op's slowdown stays
+    _pause(rh, 40, 3.0)  # recurring
+    held = [_slow(9.95, 13.1), _slow(39.95, 43.1)]
+    other = [_slow(50, 50.2), _slow(39.95, 43.1, comm=COMM + 1)]
+    assert rh.excuse(held + other) == [held[0], *other]
+    assert rh.excused == 1
