@@ -133,17 +133,15 @@ def detect_hangs(
     if rhythm is not None:
         rhythm.step(progress)
     least = ctx.cfg.rhythm_min_s * 1e9
-    stalled = {
-        c for c, (last, tick, busy) in progress.items() if busy and tick - last >= least
-    }
+    waiting = {c for c, (last, tick, busy) in progress.items() if busy and tick > last}
     for comm, (last, tick, busy) in progress.items():
         if not busy or last <= 0:
             continue
         stall = tick - last
-        if rhythm is not None and comm in stalled:
+        if rhythm is not None and stall >= least:
             holders = rhythm.held(comm, last)
             if holders is None:
-                holders = stall_holders(ctx.store, comm, stalled)
+                holders = stall_holders(ctx.store, comm, waiting)
             if rhythm.watch(comm, holders, last, stall) and stall > shortest:
                 continue
         if stall <= shortest:

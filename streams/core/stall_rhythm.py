@@ -232,29 +232,34 @@ def _events(pauses: list[Pause]) -> list[list[Pause]]:
 
 
 def stall_holders(
-    store: ProgressStore, comm: int, stalled: set[int]
+    store: ProgressStore, comm: int, waiting: set[int]
 ) -> tuple[int, ...]:
     """The ranks whose own program the stall of ``comm`` waits on.
 
     A comm's holders are its members that had not issued the op the others
-    wait in; a holder itself waiting in a ``stalled`` comm stands for that
-    comm's holders in turn (a data-parallel group waits on the tensor-parallel
-    group that waits on rank 0: rank 0 holds both). None when the chain ends
-    inside an op (every member of a stalled comm on it issued its op).
+    wait in; a holder itself inside an op of a ``waiting`` comm (busy, no
+    progress at its newest tick) stands for that comm's holders in turn (a
+    data-parallel group waits on the tensor-parallel group that waits on
+    rank 0: rank 0 holds both), and stays a holder when every member of that
+    comm issued its op. None when every member of ``comm`` itself issued its
+    op: the stall is inside it (a transport, a GPU), never the job's rhythm.
     """
     s = store.slots
     busy = s["issued"] > s["done"]
+    if not _raw_holders(store, comm):
+        return ()
     out: set[int] = set()
-    seen, todo = {comm}, [comm]
+    seen, todo = {comm}, [(comm, -1)]
     while todo:
-        held = _raw_holders(store, todo.pop())
+        c, via = todo.pop()
+        held = _raw_holders(store, c)
         if not held:
-            return ()
+            out.add(via)
         for r in held:
-            waits = set(s["comm"][(s["rank"] == r) & busy].tolist()) & stalled
+            waits = set(s["comm"][(s["rank"] == r) & busy].tolist()) & waiting
             if not waits:
                 out.add(r)
-            todo += sorted(waits - seen)
+            todo += [(w, r) for w in sorted(waits - seen)]
             seen |= waits
     return tuple(sorted(out))
 
