@@ -7,6 +7,8 @@ is reported as a cost, and leaves a real hang after it detected as fast.
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from mycroft.errors import ConfigError
@@ -14,8 +16,10 @@ from mycroft.producers.sim.config import DEFAULT_EPOCH_S, SimConfig, Workload
 from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.sim.phases import Phases
+from mycroft.producers.tracefile import ListWriter
 from mycroft.schemas.vocab import FaultKind
 from mycroft.streams.analyze import Replay
+from mycroft.streams.core.engine import Analyzer
 
 EVERY_S, PAUSE_S = 12.0, 3.0
 
@@ -72,3 +76,29 @@ def test_a_gpu_hang_after_the_rhythm_is_detected_as_before() -> None:
     assert len(late) == 1 and late[0].kind is FaultKind.HANG
     assert late[0].culprits[0].rank == 3
     assert (late[0].detected_ns - late[0].onset_ns) / 1e9 <= 3.0
+
+
+def test_the_rhythm_survives_a_snapshot_mid_job() -> None:
+    """An engine pickled and restored between two pauses (as a worker's
+    snapshot is) reaches the verdicts and costs of one never restored; a
+    snapshot from before the rhythm existed restores with an empty one."""
+    phases = Phases(EVERY_S, PAUSE_S, "rank0")
+    cfg = SimConfig(tp=8, pp=1, dp=2, duration_s=40.0, seed=3, phases=phases)
+    records = ListWriter()
+    simulate(cfg, [], records)
+    cut = cfg.start_ns + int((2 * EVERY_S - 2) * 1e9)  # after the first pause
+    whole, restored = Replay(), Replay()
+    for ts, rec in records.records:
+        if ts >= cut and not restored.analyzers["sim"].rhythm.open:
+            snap = pickle.loads(pickle.dumps(restored.analyzers["sim"]))
+            restored.analyzers["sim"], cut = snap, 2**63 - 1
+        whole.feed(ts, rec)
+        restored.feed(ts, rec)
+    assert restored.finish()[1] == whole.finish()[1]
+    costs = restored.analyzers["sim"].rhythm.costs()
+    assert costs == whole.analyzers["sim"].rhythm.costs() and costs[0].count == 3
+    old = dict(vars(restored.analyzers["sim"]))
+    del old["rhythm"]
+    back = Analyzer.__new__(Analyzer)
+    back.__setstate__(old)
+    assert back.rhythm.costs() == []
