@@ -28,8 +28,8 @@ the headline). Usage::
     python bench/campaign_general.py --half tune --seeds 1 --duration 20 \\
         --healthy-runs 1 --healthy-duration 120 --out ..._tune.json  # reduced
 
-Full size: 14 faults x 3 seeds x 14 settings and 2 x 450 s healthy runs per
-setting (135 simulated minutes over the 9 report settings).
+Full size: 14 faults x 3 seeds x 15 settings and 2 x 450 s healthy runs per
+setting (150 simulated minutes over the 10 report settings).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from mycroft.producers.sim.config import (  # noqa: E402
 )
 from mycroft.producers.sim.engine import simulate  # noqa: E402
 from mycroft.producers.sim.faults import parse_spec  # noqa: E402
+from mycroft.producers.sim.phases import Phases  # noqa: E402
 from mycroft.streams.analyze import Replay, to_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "campaign_general.json"
@@ -87,6 +88,7 @@ class Setting:
     interval_ms: int = 100
     seed_base: int = 0
     order: str = "tp-dp-pp"
+    phases: Phases = Phases()
 
     def config(self, seed: int, duration_s: float, job: str) -> SimConfig:
         """The simulator config of one run."""
@@ -102,6 +104,7 @@ class Setting:
             workload=self.workload,
             noise=self.noise,
             order=self.order,
+            phases=self.phases,
         )
 
 
@@ -268,6 +271,19 @@ SETTINGS: tuple[Setting, ...] = (
         noise=LIGHT,
         seed_base=500,
         order="tp-pp-dp",
+    ),
+    # report: the training loop's own rhythm (producers/sim/phases.py):
+    # rank 0 checkpoints 3 s every 20 s while the others wait for it, an
+    # evaluation phase every 25 s, a slower first iteration after each.
+    Setting(
+        "gpipe-8x2x4-rhythm",
+        "report",
+        8,
+        2,
+        4,
+        noise=LIGHT,
+        seed_base=500,
+        phases=Phases(20.0, 3.0, "rank0", 25.0, 4, 1.5),
     ),
 )
 

@@ -5,12 +5,15 @@ also evaluated every 100 ms of trace time so hangs fire without new events.
 Text output writes times as ISO-8601 UTC with the seconds since the job's
 first record in the trace (``2026-01-01T00:00:07.800Z (+7.800 s)``) and comm
 ids as ``0x`` and 16 hex digits. With ``--json`` the output is
-``{"anomalies": [...], "root_causes": [...], "jobs": {...}}``: one root-cause
+``{"anomalies": [...], "root_causes": [...], "jobs": {...}, "pauses": [...]}``:
+one root-cause
 row per culprit of the *latest revision* of each incident, incidents ordered
 by detection time, each incident's best culprit first, with the scoring
 rules behind it (``rules``, ``streams/core/README.md``); ``jobs`` gives each
-job's first record (``start_s``, ``start_at``). Each row also says where its
-incident stands at the end of the trace: ``state`` (``open``, or ``closed``
+job's first record (``start_s``, ``start_at``); ``pauses`` the recurring
+pauses of the jobs' own rhythm (a checkpoint, an evaluation phase), which
+are costs, not incidents (``streams/pause_report.py``). Each row also says
+where its incident stands at the end of the trace: ``state`` (``open``, or ``closed``
 once nothing fired for ``incident_quiet_s`` of event time; the latest
 revision is then the closing one), ``closed_at_s``, ``closed_at`` and
 ``close_reason`` (null while open). Times are Unix epoch seconds
@@ -40,6 +43,7 @@ from mycroft.schemas.records import Anomaly, Record, RootCause, Topology
 from mycroft.streams.core.config import DetectorConfig, with_overrides
 from mycroft.streams.core.engine import Analyzer
 from mycroft.streams.core.event_time import EventTimeConfig, on_grid
+from mycroft.streams.pause_report import JobCosts, job_costs, pause_lines, pauses_json
 from mycroft.verdict import Place, folded
 
 _CADENCE_NS = 100_000_000
@@ -147,12 +151,14 @@ def to_json(
     causes: dict[str, RootCause],
     first_resolved_ns: dict[str, int] | None = None,
     start_ns: dict[str, int] | None = None,
+    pauses: JobCosts | None = None,
 ) -> dict[str, Any]:
     """Return the ``--json`` document (see the module docstring).
 
     ``first_resolved_ns`` (incident id -> time of its first revision) adds
     ``first_resolved_at_s`` to each row; ``start_ns`` (job -> time of its
-    first record) adds ``jobs``.
+    first record) adds ``jobs``; ``pauses`` (job -> recurring pauses) adds
+    ``pauses``.
     """
     first = first_resolved_ns or {}
     rows: list[dict[str, Any]] = []
@@ -184,6 +190,8 @@ def to_json(
             job: {"start_s": ns / 1e9, "start_at": iso(ns)}
             for job, ns in sorted(start_ns.items())
         }
+    if pauses is not None:
+        doc["pauses"] = pauses_json(pauses)
     return doc
 
 
@@ -228,6 +236,16 @@ def _print_human(
         print(f"anomalies ({len(anomalies)}):")
     rows = [f"  {anomaly_line(a, start_ns.get(a.job_id))}" for a in anomalies]
     print("\n".join(folded(rows, verbose=verbose)))
+
+
+def _merge(
+    rp: Replay, first: dict[str, int], starts: dict[str, int], pauses: JobCosts
+) -> None:
+    """Fold one trace's first answers, job starts and pauses into the totals."""
+    first.update(rp.first_resolved_ns)
+    pauses.update(job_costs(rp.analyzers))
+    for job, ns in rp.start_ns.items():
+        starts[job] = min(ns, starts.get(job, ns))
 
 
 def exit_code(causes: dict[str, RootCause]) -> int:
@@ -301,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     first: dict[str, int] = {}
     starts: dict[str, int] = {}
     places: Places = {}
+    pauses: JobCosts = {}
     for path in args.paths:
         rp = Replay(config)
         for ts_ns, rec in read_records(path):
@@ -312,14 +331,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             reports += report.collect(records, list(c.values()), a)
         anomalies += a
         causes.update(c)
-        first.update(rp.first_resolved_ns)
-        for job, ns in rp.start_ns.items():
-            starts[job] = min(ns, starts.get(job, ns))
+        _merge(rp, first, starts, pauses)
     if args.json:
-        json.dump(to_json(anomalies, causes, first, starts), sys.stdout, indent=2)
+        json.dump(
+            to_json(anomalies, causes, first, starts, pauses), sys.stdout, indent=2
+        )
         print()
     else:
         _print_human(anomalies, causes, starts, places, args.verbose)
+        print("\n".join(["", *pause_lines(pauses)]) if pauses else "", end="")
     if args.report:
         page = report.write(args.report, reports, anomalies)
         sys.stdout.flush()

@@ -29,12 +29,14 @@ from mycroft.errors import ConfigError, MycroftError
 from mycroft.producers.sim.config import (
     COUNTER_MODELS,
     Hardware,
+    Noise,
     SimConfig,
     Workload,
     from_ranks,
 )
 from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import FAULTS, parse_spec
+from mycroft.producers.sim.phases import CHECKPOINT_RANKS, Phases
 from mycroft.producers.tracefile import RecordWriter, TraceFileWriter
 from mycroft.schemas.records import Record
 
@@ -164,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         "adds a dispatch and a combine all-to-all of this many bytes of tokens "
         "per rank, split unevenly over the experts (0: off; producers/sim/README.md)",
     )
+    _add_rhythm(p)
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -188,6 +191,66 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _add_rhythm(p: argparse.ArgumentParser) -> None:
+    """The training loop's own rhythm (``phases.py``): healthy behaviour a
+    detector must not page on."""
+    g = p.add_argument_group("training rhythm (healthy; all off by default)")
+    g.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="a checkpoint every S seconds: the training stops while it saves",
+    )
+    g.add_argument(
+        "--checkpoint-s", type=float, default=3.0, help="how long a checkpoint stops"
+    )
+    g.add_argument(
+        "--checkpoint-ranks",
+        choices=CHECKPOINT_RANKS,
+        default="all",
+        help="all: every rank stops (a sharded save); rank0: rank 0 saves alone "
+        "while the others wait for it in the next collective (torch.save)",
+    )
+    g.add_argument(
+        "--eval-every",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="an evaluation phase every S seconds: forward passes only, "
+        "another op mix (no backward, no gradient reduction)",
+    )
+    g.add_argument(
+        "--eval-iterations", type=int, default=4, help="iterations of one evaluation"
+    )
+    g.add_argument(
+        "--resume-slowdown",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="compute of the first iteration after a checkpoint or evaluation "
+        "takes X times longer (allocator and cache warm-up, data loader refill)",
+    )
+    g.add_argument(
+        "--gc-pauses-per-min",
+        type=float,
+        default=0.0,
+        help="Python GC pauses (0.05-0.2 s each) per minute, on random ranks: "
+        "a rank's CPU stops issuing ops",
+    )
+
+
+def _phases(args: argparse.Namespace) -> Phases:
+    return Phases(
+        checkpoint_every_s=args.checkpoint_every,
+        checkpoint_s=args.checkpoint_s,
+        checkpoint_ranks=args.checkpoint_ranks,
+        eval_every_s=args.eval_every,
+        eval_iterations=args.eval_iterations,
+        resume_slowdown=args.resume_slowdown,
+    )
+
+
 def config_from(args: argparse.Namespace) -> SimConfig:
     """Build and validate the simulation config from parsed arguments."""
     if not 0.01 <= args.speed <= 100:
@@ -205,6 +268,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         job_id=args.job_id,
         hardware=Hardware(counters=args.counters),
         workload=Workload(moe_bytes=args.moe_bytes),
+        noise=Noise(gc_pauses_per_min=args.gc_pauses_per_min),
+        phases=_phases(args),
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

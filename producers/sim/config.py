@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mycroft.errors import ConfigError
+from mycroft.producers.sim.phases import Phases
 
 DEFAULT_EPOCH_S = 1_767_225_600
 """Trace start of file output: 2026-01-01T00:00Z, fixed for determinism."""
@@ -205,6 +206,7 @@ class SimConfig:
     workload: Workload = field(default_factory=Workload)
     noise: Noise = field(default_factory=Noise)
     order: str = "tp-dp-pp"
+    phases: Phases = field(default_factory=Phases)
 
     @property
     def ranks(self) -> int:
@@ -227,6 +229,7 @@ class SimConfig:
         self.hardware.validate()
         self.workload.validate()
         self.noise.validate()
+        self.phases.validate()
         if min(self.tp, self.pp, self.dp) < 1:
             raise ConfigError("--tp, --pp and --dp must all be >= 1")
         wl = self.workload

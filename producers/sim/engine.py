@@ -39,6 +39,7 @@ class SimResult:
     iterations: int
     drift_ppm: tuple[float, ...] = ()
     noise_events: tuple[tuple[str, int, float, float], ...] = ()
+    phase_events: tuple[tuple[str, float], ...] = ()
 
     @property
     def trace_start_s(self) -> float:
@@ -80,6 +81,8 @@ class SimResult:
                 {"kind": k, "rank": r, "start_s": a, "end_s": b}
                 for k, r, a, b in self.noise_events
             ]
+        if self.phase_events:
+            out["phase_events"] = [{"kind": k, "at_s": t} for k, t in self.phase_events]
         return out
 
 
@@ -156,4 +159,5 @@ def simulate(
         schedule.iterations,
         () if drift is None else tuple(float(d) * 1e6 for d in drift),
         tuple(effects.noise_events),
+        tuple(schedule.phases.events),
     )

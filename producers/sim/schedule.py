@@ -38,6 +38,7 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.effects import Effects
 from mycroft.producers.sim.layout import DP, PP_NEXT, PP_PREV, TP, Layout
 from mycroft.producers.sim.opblock import OpBlock
+from mycroft.producers.sim.phases import Phase, PhaseClock
 from mycroft.producers.sim.tree import tree_allreduce
 
 RUNAHEAD = 0.8
@@ -148,6 +149,8 @@ class Schedule:
         self.nops = np.zeros(n, dtype=np.int64)
         # Token routing draws from a stream of its own: MoE leaves others' draws.
         self.moe_rng = np.random.default_rng([cfg.seed, MOE_STREAM])
+        self.phases = PhaseClock(cfg.phases)
+        self.resume = 1.0  # compute multiplier of the iteration after a pause
 
     @property
     def horizon_s(self) -> float:
@@ -156,7 +159,51 @@ class Schedule:
         return float(live.min()) if len(live) else np.inf
 
     def iteration(self) -> None:
-        """Schedule one full training iteration of every rank."""
+        """Schedule the next phase of every rank: one training iteration,
+        after a checkpoint when one is due, or an evaluation phase."""
+        phase = self.phases.at(self._now_s())
+        if phase is Phase.EVAL:
+            self._evaluate()
+            return
+        if phase is Phase.CHECKPOINT:
+            self._checkpoint()
+        self._train()
+        self.resume = 1.0
+
+    def _now_s(self) -> float:
+        """The newest live GPU clock: where the job has got to."""
+        live = self.ready[np.isfinite(self.ready)]
+        return float(live.max()) if len(live) else np.inf
+
+    def _checkpoint(self) -> None:
+        """Every rank stops together (a barrier, then the save), or rank 0
+        alone while the others go on into the next collective and wait."""
+        ph = self.cfg.phases
+        if ph.checkpoint_ranks == "all":
+            at = np.isfinite(self.ready)
+            self.ready[at] = self._now_s() + ph.checkpoint_s
+        else:
+            self.ready[0] += ph.checkpoint_s
+        if self.ahead:
+            self.cpu = np.maximum(
+                self.cpu, np.where(np.isfinite(self.ready), self.ready, self.cpu)
+            )
+        self.resume = ph.resume_slowdown
+
+    def _evaluate(self) -> None:
+        """Forward passes only: pipeline sends and TP all-reduces, no
+        backward and no data-parallel step."""
+        for _ in range(self.cfg.phases.eval_iterations):
+            for _ in range(self.wl.micro_batches):
+                for s in range(self.cfg.pp):
+                    if s > 0:
+                        self._pipe(s - 1, forward=True)
+                    self._stage(s, self.wl.fwd_compute_s)
+            self._end_iteration()
+        self.resume = self.cfg.phases.resume_slowdown
+
+    def _train(self) -> None:
+        """One full training iteration of every rank."""
         m, pp = self.wl.micro_batches, self.cfg.pp
         if self.wl.schedule != "gpipe":
             self._one_f_one_b()
@@ -233,7 +280,7 @@ class Schedule:
         slow = self.rng.random(ranks.shape) < self.wl.straggler_prob
         jitter = np.where(slow, jitter * (1 + self.wl.straggler_slowdown), jitter)
         mult = self.fx.compute_mult(ranks, t) * self.speed[ranks]
-        duration = seconds * jitter * mult
+        duration = seconds * jitter * mult * self.resume
         self.ready[ranks] = t + duration
         self.segment[ranks] = duration
 

@@ -28,6 +28,15 @@ class DetectorConfig:
         hang_max_s: Longest adaptive hang threshold, whatever the baseline says.
         hang_span_mult: Hang threshold as a multiple of the comm's baseline op
             span (slowest healthy op, PP bubbles and late arrivals included).
+        rhythm_min_s: Shortest stall of a busy comm that ``stall_rhythm``
+            remembers once it resolves: below it is op jitter and pipeline
+            bubbles, far from any hang threshold.
+        rhythm_mult: A stall of a comm and holder set that paused before and
+            resolved is a recurring pause, not a hang, up to this multiple of
+            the longest earlier pause: a checkpoint's pause varies with the
+            storage it writes to, not tenfold. Past it, it is a hang.
+        rhythm_keep: Resolved pauses kept per comm and holder set (the bound
+            and the cost report read them): a job's last few dozen pauses.
         silence_min_s: Shortest gap after which a host or rank that stopped
             reporting counts as lost.
         silence_tick_mult: Silence threshold in host reporting intervals.
@@ -145,6 +154,9 @@ class DetectorConfig:
     hang_min_s: float = 1.5
     hang_max_s: float = 10.0
     hang_span_mult: float = 4.0
+    rhythm_min_s: float = 0.5
+    rhythm_mult: float = 2.0
+    rhythm_keep: int = 32
     silence_min_s: float = 1.0
     silence_tick_mult: float = 6.0
     baseline_window: int = 64
@@ -222,7 +234,7 @@ _NON_NEGATIVE = frozenset(
     {"slow_abs_floor_s", "severe_extra_s", "late_floor_s", "recur_extra_s"}
 )
 """Floors that may be 0 (off); every other value must be positive."""
-_RATIOS = ("slow_ratio_min", "severe_ratio", "recur_ratio")
+_RATIOS = ("slow_ratio_min", "severe_ratio", "recur_ratio", "rhythm_mult")
 _FRACTIONS = ("gap_quantile", "gap_chance_max")
 _WINDOWS = (
     ("warmup_samples", "baseline_window"),

@@ -30,6 +30,7 @@ from mycroft.streams.core.completions import matching_kind
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rows import run_starts
+from mycroft.streams.core.stall_rhythm import StallRhythm, stall_holders
 from mycroft.streams.core.topology import JobTopology
 
 
@@ -119,37 +120,61 @@ def comm_last_progress(store: ProgressStore) -> dict[int, tuple[int, int, bool]]
     }
 
 
-def detect_hangs(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
-    """Return a HANG anomaly per busy comm whose progress stopped too long."""
+def detect_hangs(
+    ctx: DetectContext, now_ns: int, rhythm: StallRhythm | None = None
+) -> list[Anomaly]:
+    """Return a HANG anomaly per busy comm whose progress stopped too long.
+
+    With ``rhythm``, stalls are remembered as they resolve, and a stall
+    within the bound of its comm's and holders' earlier pauses is a
+    recurring pause, not a hang (``stall_rhythm``).
+    """
     out: list[Anomaly] = []
     shortest = ctx.cfg.hang_min_s * 1e9  # no threshold is below it
-    for comm, (last, tick, busy) in comm_last_progress(ctx.store).items():
-        if not busy or last <= 0 or tick - last <= shortest:
+    progress = comm_last_progress(ctx.store)
+    if rhythm is not None:
+        rhythm.step(progress)
+    least = ctx.cfg.rhythm_min_s * 1e9
+    waiting = {c for c, (last, tick, busy) in progress.items() if busy and tick > last}
+    for comm, (last, tick, busy) in progress.items():
+        if not busy or last <= 0:
             continue
         stall = tick - last
+        if rhythm is not None and stall >= least:
+            holders = rhythm.held(comm, last)
+            if holders is None:
+                holders = stall_holders(ctx.store, comm, waiting)
+            if rhythm.watch(comm, holders, last, stall) and stall > shortest:
+                continue
+        if stall <= shortest:
+            continue
         limit = hang_threshold_ns(ctx, comm)
         if stall <= limit:
             continue
-        s = ctx.store.slots
-        m = (s["comm"] == comm) & (s["issued"] > s["done"])
-        ranks = tuple(sorted(set(s["rank"][m].tolist())))
-        frontier = int(s["done"][s["comm"] == comm].min()) + 1
-        out.append(
-            new_anomaly(
-                ctx,
-                "hang",
-                f"{comm_hex(comm)}:{frontier}",
-                FaultKind.HANG,
-                (comm,),
-                ranks,
-                last,
-                now_ns,
-                f"comm {comm_hex(comm)} made no progress for {stall / 1e9:.2f} s "
-                f"(limit {limit / 1e9:.2f} s) at seq {frontier}",
-                score=stall / max(limit, 1),
-            )
-        )
+        out.append(_hang(ctx, comm, last, now_ns, stall, limit))
     return out
+
+
+def _hang(  # noqa: PLR0913, PLR0917 - private constructor of one anomaly
+    ctx: DetectContext, comm: int, last: int, now_ns: int, stall: int, limit: int
+) -> Anomaly:
+    s = ctx.store.slots
+    m = (s["comm"] == comm) & (s["issued"] > s["done"])
+    ranks = tuple(sorted(set(s["rank"][m].tolist())))
+    frontier = int(s["done"][s["comm"] == comm].min()) + 1
+    return new_anomaly(
+        ctx,
+        "hang",
+        f"{comm_hex(comm)}:{frontier}",
+        FaultKind.HANG,
+        (comm,),
+        ranks,
+        last,
+        now_ns,
+        f"comm {comm_hex(comm)} made no progress for {stall / 1e9:.2f} s "
+        f"(limit {limit / 1e9:.2f} s) at seq {frontier}",
+        score=stall / max(limit, 1),
+    )
 
 
 def _silence_limit_ns(cfg: DetectorConfig, gap_ns: float) -> int:

@@ -42,6 +42,7 @@ from mycroft.streams.core.rca_mismatch import explain_mismatch
 from mycroft.streams.core.rca_ports import port_failed
 from mycroft.streams.core.rca_slow import explain_slowdown
 from mycroft.streams.core.record_gate import RecordGate
+from mycroft.streams.core.stall_rhythm import StallRhythm
 from mycroft.streams.core.topology import JobTopology
 
 _OBSERVE_BLOCK = 50_000
@@ -111,6 +112,7 @@ class Analyzer:
         self.gate = RecordGate(contract)
         self.stats = RecentStats()
         self.incidents = IncidentTracker(job_id, self.cfg, self.ctx.topo)
+        self.rhythm = StallRhythm(self.cfg)
         self._pending: list[Anomaly] = []
         self._unobserved: list[Completed] = []
         self.duplicates = 0
@@ -126,9 +128,11 @@ class Analyzer:
         return self.incidents.closed
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        """Restore a snapshot (one taken before the record gate has none)."""
+        """Restore a snapshot (one taken before the record gate or the stall
+        rhythm has none)."""
         self.__dict__.update(state)
         self.__dict__.setdefault("gate", RecordGate())
+        self.__dict__.setdefault("rhythm", StallRhythm(self.cfg))
 
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold one decoded record in; duplicates are counted and ignored.
@@ -203,14 +207,16 @@ class Analyzer:
     def detect(self, now_ns: int) -> list[Anomaly]:
         """Return every anomaly firing now (repeats included), no incident logic.
 
-        Slowdowns found while ingesting completions are returned once.
+        Slowdowns found while ingesting completions are returned once, but
+        not those of ops a recurring pause held up (``stall_rhythm``).
         """
         self._join()
         self._observe()
+        hangs = detect_hangs(self.ctx, now_ns, self.rhythm)
         found = (
-            self._pending
+            self.rhythm.excuse(self._pending)
             + detect_silence(self.ctx, now_ns)
-            + detect_hangs(self.ctx, now_ns)
+            + hangs
             + detect_mismatch(self.ctx, now_ns, self.tracker.signature_rows())
             + detect_port_flaps(self.ctx, now_ns)
             + detect_slow_wire(self.ctx, now_ns)

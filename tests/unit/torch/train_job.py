@@ -11,6 +11,10 @@ backward by a :class:`Fault` layer the job places between two layers, so
 that the later layers' backward collectives were issued and the earlier
 layers' were not: ``none``; ``straggler`` (sleeps ``--delay-s`` in every
 backward); ``stall`` (sleeps until killed); ``crash`` (``os._exit(1)``).
+
+Healthy rhythm: ``--checkpoint-every N --checkpoint-s S`` makes rank 0
+sleep S seconds after every N iterations, as a rank-0 checkpoint does,
+while the other ranks go on into the next iteration's collectives and wait.
 """
 
 from __future__ import annotations
@@ -89,6 +93,12 @@ def train(build: Build, args: argparse.Namespace, state: dict[str, int]) -> None
         opt.step()
         if args.iter_sleep_s:
             time.sleep(args.iter_sleep_s)
+        if (
+            rank == 0
+            and args.checkpoint_every
+            and (it + 1) % args.checkpoint_every == 0
+        ):
+            time.sleep(args.checkpoint_s)
     print(f"rank {rank} iters {args.iters} s {time.perf_counter() - t0:.3f}")
 
 
@@ -103,6 +113,8 @@ def parse(doc: str | None, argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--width", type=int, default=128)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--iter-sleep-s", type=float, default=0.0)
+    ap.add_argument("--checkpoint-every", type=int, default=0)
+    ap.add_argument("--checkpoint-s", type=float, default=2.5)
     return ap.parse_args(argv)
 
 
