@@ -164,6 +164,16 @@ def build_parser() -> argparse.ArgumentParser:
         "adds a dispatch and a combine all-to-all of this many bytes of tokens "
         "per rank, split unevenly over the experts (0: off; producers/sim/README.md)",
     )
+    p.add_argument(
+        "--watchdog-abort",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="S seconds after a fault that blocks the job (nic-down, "
+        "process-crash, gpu-hang), NCCL's watchdog and torchrun tear every rank "
+        "down: its ring freezes, its heartbeat entry stops (0: off; real jobs "
+        "use 600 s; producers/sim/README.md)",
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -205,6 +215,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         job_id=args.job_id,
         hardware=Hardware(counters=args.counters),
         workload=Workload(moe_bytes=args.moe_bytes),
+        watchdog_abort_s=args.watchdog_abort,
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

@@ -205,6 +205,9 @@ class SimConfig:
     workload: Workload = field(default_factory=Workload)
     noise: Noise = field(default_factory=Noise)
     order: str = "tp-dp-pp"
+    # NCCL's watchdog / torchrun teardown after a blocking fault (watchdog.py);
+    # 0 = off, the job stays blocked to the end of the trace.
+    watchdog_abort_s: float = 0.0
 
     @property
     def ranks(self) -> int:
@@ -251,6 +254,11 @@ class SimConfig:
             raise ConfigError("--duration must be positive")
         if not 10 <= self.interval_ms <= 10_000:
             raise ConfigError("--interval-ms must be between 10 and 10000")
+        if self.watchdog_abort_s < 0:
+            raise ConfigError(
+                f"--watchdog-abort must be >= 0 seconds (0: off), "
+                f"got {self.watchdog_abort_s}"
+            )
 
 
 def from_ranks(ranks: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:

@@ -18,10 +18,11 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.effects import Effects
 from mycroft.producers.sim.emit import Emitter
 from mycroft.producers.sim.faults import Fault, FaultSpec, resolve, truth_entry
-from mycroft.producers.sim.layout import build_layout
+from mycroft.producers.sim.layout import Layout, build_layout
 from mycroft.producers.sim.opblock import OpBlock
 from mycroft.producers.sim.schedule import Schedule
 from mycroft.producers.sim.topology import topologies
+from mycroft.producers.sim.watchdog import abort_times_s
 from mycroft.producers.tracefile import RecordWriter
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ class SimResult:
     iterations: int
     drift_ppm: tuple[float, ...] = ()
     noise_events: tuple[tuple[str, int, float, float], ...] = ()
+    aborts_s: tuple[float, ...] = ()
 
     @property
     def trace_start_s(self) -> float:
@@ -80,7 +82,33 @@ class SimResult:
                 {"kind": k, "rank": r, "start_s": a, "end_s": b}
                 for k, r, a, b in self.noise_events
             ]
+        if self.aborts_s:
+            out["watchdog_abort"] = self._aborts()
         return out
+
+    def _aborts(self) -> dict[str, Any]:
+        """The teardown's truth: timeout, ranks torn down, first and last."""
+        start = self.trace_start_s
+        return {
+            "timeout_s": self.config.watchdog_abort_s,
+            "ranks": len(self.aborts_s),
+            "first_s": start + min(self.aborts_s),
+            "last_s": start + max(self.aborts_s),
+        }
+
+
+def _watchdog(
+    cfg: SimConfig, faults: tuple[Fault, ...], layout: Layout, effects: Effects
+) -> tuple[float, ...]:
+    """Tear the job down after a blocking fault (``--watchdog-abort``): every
+    rank's process and GPU stop at its abort time, as a crashed one's do.
+    Returns the abort times of the ranks it ended (reference seconds)."""
+    rng = np.random.default_rng([cfg.seed, 7])
+    abort = abort_times_s(faults, cfg.watchdog_abort_s, layout, rng)
+    ended = abort[np.isfinite(abort) & (abort < effects.proc_dead)]
+    effects.proc_dead = np.minimum(effects.proc_dead, abort)
+    effects.gpu_dead = np.minimum(effects.gpu_dead, abort)
+    return tuple(float(t) for t in ended)
 
 
 def resolve_faults(cfg: SimConfig, specs: Sequence[FaultSpec]) -> tuple[Fault, ...]:
@@ -111,6 +139,7 @@ def simulate(
     if cfg.noise.any:
         noise_rng = np.random.default_rng([cfg.seed, 6])
         effects.add_noise(cfg.noise, layout, cfg.duration_s, noise_rng)
+    aborts = _watchdog(cfg, faults, layout, effects) if cfg.watchdog_abort_s else ()
     drift = None
     if cfg.hardware.clock_drift_ppm > 0:
         drift_rng = np.random.default_rng([cfg.seed, 5])
@@ -156,4 +185,5 @@ def simulate(
         schedule.iterations,
         () if drift is None else tuple(float(d) * 1e6 for d in drift),
         tuple(effects.noise_events),
+        aborts,
     )
