@@ -1,0 +1,52 @@
+"""Escalation is a consequence, not a cause: after a fault blocks the job,
+NCCL's watchdog and torchrun tear every rank down (the simulator's
+``--watchdog-abort``); the first failure stays the culprit of its incident,
+and no rank the teardown took is named, by a new incident or a revision."""
+
+from __future__ import annotations
+
+import pytest
+
+from mycroft.producers.sim.config import SimConfig
+from mycroft.producers.sim.engine import SimResult, simulate
+from mycroft.producers.sim.faults import Fault, parse_spec
+from mycroft.schemas.records import Culprit, RootCause
+from mycroft.streams.analyze import Replay
+
+S = 1_000_000_000
+AT_S, TIMEOUT_S, DURATION_S = 4.0, 3.0, 14.0
+
+
+def _job(fault: str, seed: int) -> tuple[SimResult, list[RootCause]]:
+    """32 ranks (tp 8, pp 2, dp 2) on 4 hosts; every revision the core sent."""
+    cfg = SimConfig(
+        tp=8, pp=2, dp=2, duration_s=DURATION_S, seed=seed, watchdog_abort_s=TIMEOUT_S
+    )
+    rp = Replay()
+    result = simulate(cfg, [parse_spec(f"{fault}:at={AT_S}")], rp)
+    rp.finish()
+    return result, rp.revisions
+
+
+def _is_the_fault(c: Culprit, fault: Fault) -> bool:
+    same = c.rank in fault.ranks or bool(set(c.ranks) & set(fault.ranks))
+    return same and c.component.value == fault.info.component
+
+
+@pytest.mark.parametrize(
+    ("fault", "seed"), [("nic-down", 11), ("process-crash", 12), ("gpu-hang", 13)]
+)
+def test_the_first_failure_stays_the_culprit_after_the_teardown(
+    fault: str, seed: int
+) -> None:
+    result, revisions = _job(fault, seed)
+    (truth,) = result.faults
+    abort = result.truth()["watchdog_abort"]
+    assert abort["ranks"] >= result.config.ranks - len(truth.ranks)
+    first_abort_ns = round(abort["first_s"] * S)
+    assert abort["last_s"] - result.trace_start_s < DURATION_S - 4  # seen after it
+    assert revisions, "the fault was not diagnosed at all"
+    assert revisions[0].resolved_ns < first_abort_ns  # named before the teardown
+    for rc in revisions:
+        assert rc.onset_ns < first_abort_ns, f"a new incident at the teardown: {rc}"
+        assert _is_the_fault(rc.culprits[0], truth), f"culprit swapped: {rc}"
