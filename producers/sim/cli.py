@@ -174,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         "down: its ring freezes, its heartbeat entry stops (0: off; real jobs "
         "use 600 s; producers/sim/README.md)",
     )
+    p.add_argument(
+        "--watchdog-spread",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="with --watchdog-abort: the hosts' teardowns fall uniformly within "
+        "S seconds of each other (default 1)",
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -216,6 +224,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         hardware=Hardware(counters=args.counters),
         workload=Workload(moe_bytes=args.moe_bytes),
         watchdog_abort_s=args.watchdog_abort,
+        watchdog_spread_s=args.watchdog_spread,
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

@@ -208,6 +208,8 @@ class SimConfig:
     # NCCL's watchdog / torchrun teardown after a blocking fault (watchdog.py);
     # 0 = off, the job stays blocked to the end of the trace.
     watchdog_abort_s: float = 0.0
+    # How far apart the hosts' teardowns fall (uniform per host), seconds.
+    watchdog_spread_s: float = 1.0
 
     @property
     def ranks(self) -> int:
@@ -254,10 +256,10 @@ class SimConfig:
             raise ConfigError("--duration must be positive")
         if not 10 <= self.interval_ms <= 10_000:
             raise ConfigError("--interval-ms must be between 10 and 10000")
-        if self.watchdog_abort_s < 0:
+        if self.watchdog_abort_s < 0 or self.watchdog_spread_s < 0:
             raise ConfigError(
-                f"--watchdog-abort must be >= 0 seconds (0: off), "
-                f"got {self.watchdog_abort_s}"
+                "--watchdog-abort (0: off) and --watchdog-spread must be >= 0 "
+                f"seconds, got {self.watchdog_abort_s} and {self.watchdog_spread_s}"
             )
 
 

@@ -104,7 +104,9 @@ def _watchdog(
     rank's process and GPU stop at its abort time, as a crashed one's do.
     Returns the abort times of the ranks it ended (reference seconds)."""
     rng = np.random.default_rng([cfg.seed, 7])
-    abort = abort_times_s(faults, cfg.watchdog_abort_s, layout, rng)
+    abort = abort_times_s(
+        faults, cfg.watchdog_abort_s, layout, rng, cfg.watchdog_spread_s
+    )
     ended = abort[np.isfinite(abort) & (abort < effects.proc_dead)]
     effects.proc_dead = np.minimum(effects.proc_dead, abort)
     effects.gpu_dead = np.minimum(effects.gpu_dead, abort)

@@ -10,22 +10,31 @@ import pytest
 from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import Fault, parse_spec
-from mycroft.schemas.records import Culprit, RootCause
+from mycroft.schemas.records import Anomaly, Culprit, RootCause
 from mycroft.streams.analyze import Replay
 
 S = 1_000_000_000
 AT_S, TIMEOUT_S, DURATION_S = 4.0, 3.0, 14.0
 
 
-def _job(fault: str, seed: int) -> tuple[SimResult, list[RootCause]]:
-    """32 ranks (tp 8, pp 2, dp 2) on 4 hosts; every revision the core sent."""
+def _job(
+    fault: str, seed: int, spread_s: float = 1.0
+) -> tuple[SimResult, list[RootCause], list[Anomaly]]:
+    """32 ranks (tp 8, pp 2, dp 2) on 4 hosts, torn down ``spread_s`` apart;
+    every revision the core sent and every anomaly."""
     cfg = SimConfig(
-        tp=8, pp=2, dp=2, duration_s=DURATION_S, seed=seed, watchdog_abort_s=TIMEOUT_S
+        tp=8,
+        pp=2,
+        dp=2,
+        duration_s=DURATION_S,
+        seed=seed,
+        watchdog_abort_s=TIMEOUT_S,
+        watchdog_spread_s=spread_s,
     )
     rp = Replay()
     result = simulate(cfg, [parse_spec(f"{fault}:at={AT_S}")], rp)
-    rp.finish()
-    return result, rp.revisions
+    anomalies, _ = rp.finish()
+    return result, rp.revisions, anomalies
 
 
 def _is_the_fault(c: Culprit, fault: Fault) -> bool:
@@ -39,7 +48,7 @@ def _is_the_fault(c: Culprit, fault: Fault) -> bool:
 def test_the_first_failure_stays_the_culprit_after_the_teardown(
     fault: str, seed: int
 ) -> None:
-    result, revisions = _job(fault, seed)
+    result, revisions, _ = _job(fault, seed)
     (truth,) = result.faults
     abort = result.truth()["watchdog_abort"]
     assert abort["ranks"] >= result.config.ranks - len(truth.ranks)
@@ -50,3 +59,15 @@ def test_the_first_failure_stays_the_culprit_after_the_teardown(
     for rc in revisions:
         assert rc.onset_ns < first_abort_ns, f"a new incident at the teardown: {rc}"
         assert _is_the_fault(rc.culprits[0], truth), f"culprit swapped: {rc}"
+
+
+@pytest.mark.parametrize("fault", ["process-crash", "gpu-hang"])
+def test_hosts_torn_down_seconds_apart_are_no_new_silence(fault: str) -> None:
+    """The first hosts' ranks go while the last hosts' still wait on them:
+    they stopped after the failure did, so no silence names them."""
+    result, revisions, anomalies = _job(fault, 21, spread_s=4.0)
+    (truth,) = result.faults
+    silent = {r for a in anomalies if a.detector == "silence" for r in a.ranks}
+    assert silent <= set(truth.ranks), f"teardown read as silence: {sorted(silent)}"
+    assert revisions
+    assert all(_is_the_fault(rc.culprits[0], truth) for rc in revisions)

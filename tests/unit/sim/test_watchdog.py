@@ -10,10 +10,11 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.engine import resolve_faults
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.sim.layout import build_layout
-from mycroft.producers.sim.watchdog import HOST_SPREAD_S, abort_times_s
+from mycroft.producers.sim.watchdog import abort_times_s
 from tests.unit.sim.trace import T0_NS, Trace, run, small_config
 
 TIMEOUT_S = 2.0
+HOST_SPREAD_S = 1.0  # the default
 AT_S = 1.5
 
 
