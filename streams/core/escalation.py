@@ -8,7 +8,10 @@ freeze and their liveness beats stop, after the first rank's did. A lost
 rank whose last sign of life came more than ``escalation_lead_s`` (plus one
 host reporting interval) after the job's first rank stopped is that
 failure's consequence: no silence anomaly names it and the hang's root
-cause does not blame it. So is a rank that stopped after a busy comm's
+cause does not blame it. Within that lead, a rank whose ring vanished (it
+exited through its handlers, as a peer does on a collective's error) is
+the consequence of one whose ring froze (it died without unwinding). So is
+a rank that stopped after a busy comm's
 stall had passed its hang threshold (a hung GPU's process lives on until
 the watchdog aborts it with the rest). The job, not the rank's own comms: a blocked job
 waits on its first failure through every comm, and its teardown reaches
@@ -63,7 +66,25 @@ def consequences(
     known = last[last > 0]
     if not len(known):
         return set()
-    ref_ns = int(known.min()) + _lead_ns(ctx)
+    lead = _lead_ns(ctx)
+    ref_ns = int(known.min()) + lead
     if hung_since_ns is not None:
         ref_ns = min(ref_ns, hung_since_ns)
-    return {rank for rank, (_how, t) in lost.items() if t > ref_ns}
+    later = {rank for rank, (_how, t) in lost.items() if t > ref_ns}
+    return later | exited_after_a_death(lost, lead)
+
+
+def exited_after_a_death(lost: Lost, lead_ns: int) -> set[int]:
+    """Ranks whose rows vanished (an exit that ran its handlers: the process
+    saw an error and left) no earlier than a lead before a frozen rank's
+    last beat (it died without unwinding): the exits are its consequence,
+    even where the two stops are too close to order by time."""
+    frozen = [t for how, t in lost.values() if how == "seen"]
+    if not frozen:
+        return set()
+    died_ns = min(frozen)
+    return {
+        rank
+        for rank, (how, t) in lost.items()
+        if how == "rows" and t >= died_ns - lead_ns
+    }

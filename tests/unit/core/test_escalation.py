@@ -12,6 +12,7 @@ from mycroft.producers.sim.engine import SimResult, simulate
 from mycroft.producers.sim.faults import Fault, parse_spec
 from mycroft.schemas.records import Anomaly, Culprit, RootCause
 from mycroft.streams.analyze import Replay
+from mycroft.streams.core.escalation import exited_after_a_death
 
 S = 1_000_000_000
 AT_S, TIMEOUT_S, DURATION_S = 4.0, 3.0, 14.0
@@ -71,3 +72,26 @@ def test_hosts_torn_down_seconds_apart_are_no_new_silence(fault: str) -> None:
     assert silent <= set(truth.ranks), f"teardown read as silence: {sorted(silent)}"
     assert revisions
     assert all(_is_the_fault(rc.culprits[0], truth) for rc in revisions)
+
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("lost", "want"),
+    [
+        # a peer's ring vanished 150 ms after the crashed rank's last beat
+        ({3: ("seen", 1000 * MS), 0: ("rows", 1150 * MS)}, {0}),
+        # ... or 100 ms before it (one beat and one tick cannot order them)
+        ({3: ("seen", 1000 * MS), 0: ("rows", 900 * MS)}, {0}),
+        # a ring that vanished well before the death is a cause of its own
+        ({3: ("seen", 1000 * MS), 0: ("rows", 500 * MS)}, set()),
+        # only exits, or only deaths: nothing tells them apart
+        ({3: ("rows", 1000 * MS), 0: ("rows", 1100 * MS)}, set()),
+        ({3: ("seen", 1000 * MS), 0: ("seen", 1100 * MS)}, set()),
+    ],
+)
+def test_an_exit_near_a_death_is_its_consequence(
+    lost: dict[int, tuple[str, int]], want: set[int]
+) -> None:
+    assert exited_after_a_death(lost, 300 * MS) == want
