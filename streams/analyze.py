@@ -74,6 +74,7 @@ class Replay:
         self.analyzers: dict[str, Analyzer] = {}
         self.anomalies: list[Anomaly] = []
         self.causes: dict[str, RootCause] = {}
+        self.revisions: list[RootCause] = []  # every revision, in order
         self.first_resolved_ns: dict[str, int] = {}
         self.start_ns: dict[str, int] = {}  # job -> time of its first record
         self.eval_wall_s: list[float] = []  # wall time of each evaluate round
@@ -85,6 +86,7 @@ class Replay:
             for f in an.evaluate(now_ns):
                 if isinstance(f, RootCause):
                     self.causes[f.incident_id] = f
+                    self.revisions.append(f)
                     self.first_resolved_ns.setdefault(f.incident_id, f.resolved_ns)
                 else:
                     self.anomalies.append(f)

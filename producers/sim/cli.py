@@ -167,6 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
         "per rank, split unevenly over the experts (0: off; producers/sim/README.md)",
     )
     _add_rhythm(p)
+    p.add_argument(
+        "--watchdog-abort",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="S seconds after a fault that blocks the job (nic-down, "
+        "process-crash, gpu-hang), NCCL's watchdog and torchrun tear every rank "
+        "down: its ring freezes, its heartbeat entry stops (0: off; real jobs "
+        "use 600 s; producers/sim/README.md)",
+    )
+    p.add_argument(
+        "--watchdog-spread",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="with --watchdog-abort: the hosts' teardowns fall uniformly within "
+        "S seconds of each other (default 1)",
+    )
     pace = p.add_mutually_exclusive_group()
     pace.add_argument(
         "--realtime",
@@ -270,6 +288,8 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         workload=Workload(moe_bytes=args.moe_bytes),
         noise=Noise(gc_pauses_per_min=args.gc_pauses_per_min),
         phases=_phases(args),
+        watchdog_abort_s=args.watchdog_abort,
+        watchdog_spread_s=args.watchdog_spread,
     )
     if args.kafka:
         now_ns = time.time_ns() // 1_000_000 * 1_000_000

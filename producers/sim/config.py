@@ -207,6 +207,11 @@ class SimConfig:
     noise: Noise = field(default_factory=Noise)
     order: str = "tp-dp-pp"
     phases: Phases = field(default_factory=Phases)
+    # NCCL's watchdog / torchrun teardown after a blocking fault (watchdog.py);
+    # 0 = off, the job stays blocked to the end of the trace.
+    watchdog_abort_s: float = 0.0
+    # How far apart the hosts' teardowns fall (uniform per host), seconds.
+    watchdog_spread_s: float = 1.0
 
     @property
     def ranks(self) -> int:
@@ -254,6 +259,11 @@ class SimConfig:
             raise ConfigError("--duration must be positive")
         if not 10 <= self.interval_ms <= 10_000:
             raise ConfigError("--interval-ms must be between 10 and 10000")
+        if self.watchdog_abort_s < 0 or self.watchdog_spread_s < 0:
+            raise ConfigError(
+                "--watchdog-abort (0: off) and --watchdog-spread must be >= 0 "
+                f"seconds, got {self.watchdog_abort_s} and {self.watchdog_spread_s}"
+            )
 
 
 def from_ranks(ranks: int, tp: int, pp: int, dp: int) -> tuple[int, int, int]:

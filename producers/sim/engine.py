@@ -18,11 +18,15 @@ from mycroft.producers.sim.config import SimConfig
 from mycroft.producers.sim.effects import Effects
 from mycroft.producers.sim.emit import Emitter
 from mycroft.producers.sim.faults import Fault, FaultSpec, resolve, truth_entry
-from mycroft.producers.sim.layout import build_layout
+from mycroft.producers.sim.layout import Layout, build_layout
 from mycroft.producers.sim.opblock import OpBlock
 from mycroft.producers.sim.schedule import Schedule
 from mycroft.producers.sim.topology import topologies
+from mycroft.producers.sim.watchdog import abort_times_s
 from mycroft.producers.tracefile import RecordWriter
+
+WATCHDOG_STREAM = 8
+"""The teardown's random stream (7 is the MoE routing's, ``schedule.py``)."""
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,7 @@ class SimResult:
     drift_ppm: tuple[float, ...] = ()
     noise_events: tuple[tuple[str, int, float, float], ...] = ()
     phase_events: tuple[tuple[str, float], ...] = ()
+    aborts_s: tuple[float, ...] = ()
 
     @property
     def trace_start_s(self) -> float:
@@ -83,7 +88,35 @@ class SimResult:
             ]
         if self.phase_events:
             out["phase_events"] = [{"kind": k, "at_s": t} for k, t in self.phase_events]
+        if self.aborts_s:
+            out["watchdog_abort"] = self._aborts()
         return out
+
+    def _aborts(self) -> dict[str, Any]:
+        """The teardown's truth: timeout, ranks torn down, first and last."""
+        start = self.trace_start_s
+        return {
+            "timeout_s": self.config.watchdog_abort_s,
+            "ranks": len(self.aborts_s),
+            "first_s": start + min(self.aborts_s),
+            "last_s": start + max(self.aborts_s),
+        }
+
+
+def _watchdog(
+    cfg: SimConfig, faults: tuple[Fault, ...], layout: Layout, effects: Effects
+) -> tuple[float, ...]:
+    """Tear the job down after a blocking fault (``--watchdog-abort``): every
+    rank's process and GPU stop at its abort time, as a crashed one's do.
+    Returns the abort times of the ranks it ended (reference seconds)."""
+    rng = np.random.default_rng([cfg.seed, WATCHDOG_STREAM])
+    abort = abort_times_s(
+        faults, cfg.watchdog_abort_s, layout, rng, cfg.watchdog_spread_s
+    )
+    ended = abort[np.isfinite(abort) & (abort < effects.proc_dead)]
+    effects.proc_dead = np.minimum(effects.proc_dead, abort)
+    effects.gpu_dead = np.minimum(effects.gpu_dead, abort)
+    return tuple(float(t) for t in ended)
 
 
 def resolve_faults(cfg: SimConfig, specs: Sequence[FaultSpec]) -> tuple[Fault, ...]:
@@ -114,6 +147,7 @@ def simulate(
     if cfg.noise.any:
         noise_rng = np.random.default_rng([cfg.seed, 6])
         effects.add_noise(cfg.noise, layout, cfg.duration_s, noise_rng)
+    aborts = _watchdog(cfg, faults, layout, effects) if cfg.watchdog_abort_s else ()
     drift = None
     if cfg.hardware.clock_drift_ppm > 0:
         drift_rng = np.random.default_rng([cfg.seed, 5])
@@ -160,4 +194,5 @@ def simulate(
         () if drift is None else tuple(float(d) * 1e6 for d in drift),
         tuple(effects.noise_events),
         tuple(schedule.phases.events),
+        aborts,
     )

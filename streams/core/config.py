@@ -40,6 +40,11 @@ class DetectorConfig:
         silence_min_s: Shortest gap after which a host or rank that stopped
             reporting counts as lost.
         silence_tick_mult: Silence threshold in host reporting intervals.
+        escalation_lead_s: A lost rank whose last sign of life came this much
+            (plus one host reporting interval) after the job's first rank
+            stopped is the job's teardown, not a cause (``escalation.py``):
+            two ranks' stops are ordered only beyond one liveness beat
+            (0.1 s) and the hosts' clock offsets.
         baseline_window: Samples kept per baseline (ring buffer).
         warmup_samples: Samples a baseline needs before it may judge.
         slow_ratio_min: A value must exceed ``median * slow_ratio_min``.
@@ -159,6 +164,7 @@ class DetectorConfig:
     rhythm_keep: int = 32
     silence_min_s: float = 1.0
     silence_tick_mult: float = 6.0
+    escalation_lead_s: float = 0.2
     baseline_window: int = 64
     warmup_samples: int = 8
     slow_ratio_min: float = 1.4

@@ -28,6 +28,7 @@ from mycroft.schemas.vocab import OP_NAMES, FaultKind
 from mycroft.streams.core.baseline import BaselineBook
 from mycroft.streams.core.completions import matching_kind
 from mycroft.streams.core.config import DetectorConfig
+from mycroft.streams.core.escalation import consequences
 from mycroft.streams.core.progress import ProgressStore
 from mycroft.streams.core.rows import run_starts
 from mycroft.streams.core.stall_rhythm import StallRhythm, stall_holders
@@ -118,6 +119,19 @@ def comm_last_progress(store: ProgressStore) -> dict[int, tuple[int, int, bool]]
             comms.tolist(), last.tolist(), tick.tolist(), busy.tolist(), strict=True
         )
     }
+
+
+def hung_since_ns(ctx: DetectContext) -> int | None:
+    """When the job's first hang set in: the earliest time a busy comm's
+    stall passed its hang threshold (None: no comm is hung)."""
+    out: int | None = None
+    for comm, (last, tick, busy) in comm_last_progress(ctx.store).items():
+        if not busy or last <= 0:
+            continue
+        at = last + hang_threshold_ns(ctx, comm)
+        if tick > at and (out is None or at < out):
+            out = at
+    return out
 
 
 def detect_hangs(
@@ -235,8 +249,11 @@ def detect_silence(ctx: DetectContext, now_ns: int) -> list[Anomaly]:
         return []
     s = ctx.store.slots
     waiting = (s["issued"] > s["done"]) & ~np.isin(s["rank"], list(lost))
+    later = consequences(ctx, lost, hung_since_ns(ctx))
     out: list[Anomaly] = []
     for rank, (how, last_ns) in sorted(lost.items()):
+        if rank in later:
+            continue  # stopped after a peer had: the job's teardown
         comms = [
             c
             for c in ctx.topo.comms_of(rank) or s["comm"][s["rank"] == rank].tolist()

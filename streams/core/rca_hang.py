@@ -21,7 +21,8 @@ import numpy as np
 from mycroft.schemas.records import Culprit, Evidence
 from mycroft.schemas.text import comm_hex, iso
 from mycroft.schemas.vocab import RECV, SEND, Component, FaultKind
-from mycroft.streams.core.detect import DetectContext, lost_ranks
+from mycroft.streams.core.detect import DetectContext, hung_since_ns, lost_ranks
+from mycroft.streams.core.escalation import consequences
 from mycroft.streams.core.evidence import Rule
 from mycroft.streams.core.graph import build_wait_graph, terminal_groups
 from mycroft.streams.core.hang_in_op import (
@@ -255,6 +256,7 @@ def explain_hang(
     """
     lost_info = lost_ranks(ctx, now_ns)
     lost = set(lost_info)
+    teardown = consequences(ctx, lost_info, hung_since_ns(ctx))
     g = build_wait_graph(ctx.store, ctx.topo, lost)
     start = symptom_ranks | lost
     groups = terminal_groups(g, start) or [set(symptom_ranks)]
@@ -278,7 +280,7 @@ def explain_hang(
             and g.in_degree(next(iter(group))) == 0
         ):
             continue  # an idle rank nobody waits on is no suspect
-        for r in sorted(group):
+        for r in sorted(group - teardown):  # stopped after a peer had: no cause
             sus = suspects.at(r)
             if r in lost:
                 _score_lost(ctx, sus, lost_info[r][0], flows, lost)
