@@ -23,6 +23,7 @@ from typing import Any
 from render_bad_input import RENDERERS as BAD_INPUT_RENDERERS
 from render_ctrl_c import RENDERERS as CTRL_C_RENDERERS
 from render_general import RENDERERS as GENERAL_RENDERERS
+from render_indep import RENDERERS as INDEP_RENDERERS
 from render_perf import RENDERERS as PERF_RENDERERS
 from render_perf import Renderer, fault_table
 from render_reliability import RENDERERS as RELIABILITY_RENDERERS
@@ -274,6 +275,7 @@ RENDERERS["analyze_cost"] = (
 )
 
 RENDERERS.update(PERF_RENDERERS)
+RENDERERS.update(INDEP_RENDERERS)
 RENDERERS.update(TORCH_RENDERERS)
 _SIM_SPEED = RENDERERS["sim_speed"]
 

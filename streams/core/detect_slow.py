@@ -34,6 +34,9 @@ FlowGaps = dict[int, tuple[float, float]]
 Completed = tuple[CollectiveStat, int, FlowGaps]
 """A completed collective, the analyzer's clock when it completed, its gaps."""
 
+P2P_KINDS = (OP_NAMES.index("send"), OP_NAMES.index("recv"))
+"""``op_kind`` codes of point-to-point ops (pipeline send/recv)."""
+
 GAP_CLOCK_SLACK_NS = 100_000_000
 """Snapshots this much older than an op's first issue, or newer than its last
 completion, are not searched for it (host clocks differ by milliseconds)."""
@@ -79,6 +82,7 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     )
     floors = np.maximum(cfg.late_floor_s * 1e9, 0.5 * span.median_before)
     late = _observe_late(fam["late"], m, np.repeat(floors, m.size), ctx)
+    _p2p_schedule_fires_nothing(span, late, mem, m)
     late_fired = np.zeros(len(done), bool)
     np.logical_or.at(late_fired, m.op, late.fired)
     usual = np.where(late.verdict != WARMUP, late.median_before, np.nan)
@@ -89,6 +93,27 @@ def observe_collectives(ctx: DetectContext, done: Sequence[Completed]) -> list[A
     quiet = np.flatnonzero(~(span.fired | xfer.fired | late_fired))
     _observe(fam["span_any"], (comm[quiet],), "span_any", m.queued[quiet], 1e18, ctx)
     return _report(ctx, done, m, {"span": span, "xfer": xfer, "late": late}, holds)
+
+
+def _p2p_schedule_fires_nothing(
+    span: Observed, late: Observed, mem: Members, m: _Metrics
+) -> None:
+    """Clear what point-to-point ops fired on span and lateness (in place).
+
+    A send/recv pair's first start is often the receiver arming its buffers,
+    and when the sender arrives is set by the op's place in the pipeline
+    schedule (1F1B warm-up, steady state, cool-down, the first exchange after
+    the optimizer), which changes within every step: the pair's span holds a
+    pipeline bubble (GPipe: 0.66 s at the first exchange of a step, 60 times
+    the median) and its skew recurs at the same places every step, which a
+    per-rank median mixes. Both still feed their baselines (the root cause
+    reads lateness; quiet spans set the hang threshold); a pair that stops is
+    a hang, and a slow transfer still fires on ``xfer``.
+    """
+    p2p = np.isin(mem.kind, P2P_KINDS)
+    if p2p.any():
+        span.fired[p2p] = False
+        late.fired[np.repeat(p2p, m.size)] = False
 
 
 def _report(

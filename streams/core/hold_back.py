@@ -19,10 +19,11 @@ the share of the group's time lost to that rank alone; a share of at least
 ``hold_share_min`` built from ``hold_need`` or more ops, the latest of them
 at the same place of successive steps (:func:`periodic`), is a slowdown.
 
-Point-to-point pairs (pipeline send/recv) are left to the lateness rule:
-there a receiver posts before its sender by an amount set by the op's
-place in the schedule (1F1B warm-up, steady state, cool-down), which no
-per-rank median describes.
+Point-to-point pairs (pipeline send/recv) are left out: there a receiver
+posts before its sender by an amount set by the op's place in the schedule
+(1F1B warm-up, steady state, cool-down), which no per-rank median
+describes; for the same reason their lateness fires only SEVERE
+(``detect_slow``).
 """
 
 from __future__ import annotations
