@@ -7,8 +7,8 @@ them. An in-process node agent (its ring source and aggregator) samples the
 rings every 100 ms while it happens; what it ships is taken at its transport
 boundary and analyzed offline (``mycroft analyze`` replays the same way).
 Kafka is not what this test is about: the live torch tests run the same
-agent against a real broker. The crashed rank stays the culprit; no peer the teardown took is
-named, by another incident or by a revision.
+agent against a real broker. The crashed rank stays the culprit; no peer
+the teardown took is named, by another incident or by a revision.
 """
 
 from __future__ import annotations
