@@ -242,7 +242,8 @@ class Pipeline:
         config: DetectorConfig | None = None,
     ) -> None:
         """``config``: the one ``factory``'s engines are built with, which
-        restored engines take on (``snapshot_pickle``); None: they keep theirs."""
+        restored engines take on (``core/snapshot_parts.py``); None: they
+        keep theirs."""
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
         self.metrics = WorkerMetrics()
@@ -531,7 +532,7 @@ class Pipeline:
             started = time.monotonic()
             await self.snapshot(partition)
             cost = self.snapshot_s[partition] = time.monotonic() - started
-            # A big job's engine takes a while to pickle: space its snapshots
+            # A big job's engine takes a while to encode: space its snapshots
             # so that they cost at most SNAPSHOT_BUDGET of the worker's time.
             # The snapshot's own time, not the tick's: a tick that waited on
             # the broker (offsets, a finding's delivery) spaced them seconds
