@@ -220,3 +220,21 @@ def decode_tree(fields: Mapping[str, Value], refs: Mapping[str, object]) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure loses this part only
         raise PartError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def layout(fields: Mapping[str, Value]) -> list[str]:
+    """The classes a part's tree holds, each with the attribute names it was
+    written with (``module:qualname(a,b,...)``), sorted: what a part's
+    version stands for."""
+    found: set[str] = set()
+    stack: list[Any] = [json.loads(str(fields["tree"]))]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, list):
+            stack.extend(n)
+        elif isinstance(n, dict):
+            if "o" in n:
+                names = n["v"] if "v" in n else n.get("k") or {"<state>": 0}
+                found.add(f"{n['o']}({','.join(names)})")
+            stack.extend(n.values())
+    return sorted(found)
