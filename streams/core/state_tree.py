@@ -23,7 +23,7 @@ import dataclasses
 import enum
 import importlib
 import json
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +56,12 @@ _MAKE: dict[str, Callable[[list[Any]], Any]] = {
     "t": tuple,
     "s": set,
     "f": frozenset,
+}
+_MAPS: dict[type, str] = {dict: "d", Counter: "C", OrderedDict: "O"}
+_MAKE_MAP: dict[str, Callable[[Any], Any]] = {
+    "d": dict,
+    "C": lambda pairs: Counter(dict(pairs)),
+    "O": OrderedDict,
 }
 _CODEC: list[Codec] = []
 
@@ -106,9 +112,9 @@ class _Encoder:
             return {_SEQS[type(x)]: [self.node(v) for v in x]}
         if isinstance(x, deque):
             return {"q": [self.node(v) for v in x], "n": x.maxlen}
-        if type(x) in (dict, Counter):
+        if type(x) in _MAPS:
             pairs = [[self.node(k), self.node(v)] for k, v in x.items()]
-            return {"C" if type(x) is Counter else "d": pairs}
+            return {_MAPS[type(x)]: pairs}
         if isinstance(x, enum.Enum):
             return {"e": _path(type(x)), "v": self.node(x.value)}
         if isinstance(x, _RECORDS):
@@ -170,9 +176,8 @@ class _Decoder:
             return _MAKE[tag]([self.node(v) for v in value])
         if tag == "q":
             return deque((self.node(v) for v in value), n["n"])
-        if tag in {"d", "C"}:
-            pairs = {self.node(k): self.node(v) for k, v in value}
-            return Counter(pairs) if tag == "C" else pairs
+        if tag in _MAKE_MAP:
+            return _MAKE_MAP[tag]((self.node(k), self.node(v)) for k, v in value)
         if tag == "e":
             return class_of(value)(self.node(n["v"]))
         if tag == "r":

@@ -18,6 +18,7 @@ from mycroft.producers.sim.engine import simulate
 from mycroft.producers.sim.faults import parse_spec
 from mycroft.producers.tracefile import ListWriter
 from mycroft.schemas.records import RootCause, Topology
+from mycroft.streams.app import default_engine_factory
 from mycroft.streams.core import snapshot_parts
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.engine import Analyzer
@@ -285,3 +286,28 @@ def test_a_rebuilt_topology_is_fed_the_records_the_slot_held(
     assert len(topology) == 2  # noqa: PLR2004 - two hosts
     assert engine.gate.topo.world == 16  # noqa: PLR2004 - every rank declared
     assert len(engine.ctx.topo.rank_host) == 16  # noqa: PLR2004
+
+
+def _feed(engine: Any, records: list[tuple[int, Any]]) -> list[str]:
+    out: list[Any] = []
+    for i, (ts, rec) in enumerate(records):
+        engine.ingest(rec, ts)
+        if i % 50 == 0:
+            out += engine.evaluate(ts)
+    return [repr(f) for f in out]
+
+
+def test_a_comm_group_engine_restores_with_the_workers_factory() -> None:
+    """A stage-1 engine (an analyzer and its own state): restored halfway, it
+    sends the same summaries and findings as one never restored."""
+    records = _records("gpu-hang:rank=5,at=2")
+    factory = default_engine_factory("comm", 1)
+    half = len(records) // 100 * 50  # on the evaluation timer
+    once = factory("sim/0")
+    expected = _feed(once, records)
+    first = factory("sim/0")
+    before = _feed(first, records[:half])
+    back = load_slot(dump_slot(JobSlot("sim/0", 0, first)), 0, 0.0, factory=factory)
+    engine: Any = back[0].engine
+    assert type(engine) is type(once) and engine.cfg is engine.inner.cfg
+    assert before + _feed(engine, records[half:]) == expected
