@@ -63,7 +63,7 @@ def measure(size: int, faulty: bool, repeat: int) -> dict[str, Any]:
     slot = JobSlot(cfg.job_id, 0, engine, trace_ns=end_ns)
     dump_slot(slot)  # warm: the schemas are parsed on first use
     dumps, blob = _cpu(lambda: dump_slot(slot), repeat)
-    loads, back = _cpu(lambda: load_slot(blob, 0, 0.0), repeat)
+    loads, back = _cpu(lambda: load_slot(blob, 0, 0.0)[0], repeat)
     return {
         "ranks": size,
         "job": "slowdown incident" if faulty else "healthy",
