@@ -100,6 +100,8 @@ class _Encoder:
         self.keep: list[object] = []  # alive while encoding: ids stay unique
 
     def node(self, x: Any) -> Any:  # noqa: PLR0911 - one case per kind
+        if isinstance(x, enum.Enum):  # before str and int: StrEnum, IntEnum
+            return {"e": _path(type(x)), "v": self.node(x.value)}
         if x is None or isinstance(x, (bool, int, float, str)):
             return x
         if id(x) in self.refs:
@@ -115,8 +117,6 @@ class _Encoder:
         if type(x) in _MAPS:
             pairs = [[self.node(k), self.node(v)] for k, v in x.items()]
             return {_MAPS[type(x)]: pairs}
-        if isinstance(x, enum.Enum):
-            return {"e": _path(type(x)), "v": self.node(x.value)}
         if isinstance(x, _RECORDS):
             return {"r": self._blob(_codec().encode(x))["b"]}
         return self._object(x)
