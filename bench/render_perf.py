@@ -93,7 +93,7 @@ def _rca_cost(r: dict[str, Any]) -> list[str]:
 
 def _snapshot_cost(r: dict[str, Any]) -> list[str]:
     return [
-        "One job's engine snapshot as a worker writes it (pickle + zlib) and "
+        "One job's engine snapshot as a worker writes it (parts + zlib) and "
         "restores it, after a simulated job of "
         f"{r['trace_s']:g} trace s fed to one analyzer in process; CPU s, median "
         f"(least) of {r['repeat']} on {r['cpus']} CPUs. Snapshots may take "

@@ -327,7 +327,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "nccl_plugin_overhead": ("producers/nccl",),
     "rca_cost": _CORE,
     "sim_speed": _SIM,
-    "snapshot_cost": (*_CORE, "streams/snapshot_pickle.py"),
+    "snapshot_cost": (*_CORE, "streams/faust_runtime.py"),
     "streams_throughput": _WORKER,
     "torch_": ("producers/torch", "streams/flight_recorder.py"),
     "two_stage": _WORKER,

@@ -1,7 +1,7 @@
 """What one worker snapshot of a job's engine costs: 64 and 1,024 ranks.
 
 A worker writes each changed job's engine to the ``engine-snapshots``
-changelog (``faust_runtime.dump_slot``: pickle + zlib) and commits its
+changelog (``faust_runtime.dump_slot``: versioned parts + zlib) and commits its
 offsets only after that, and a worker that takes a partition over restores
 them (``load_slot``). Each size simulates a healthy job, and the same job
 with a NIC capped at 30 % of its rate from ``ONSET_S`` on (a slowdown
@@ -61,9 +61,9 @@ def measure(size: int, faulty: bool, repeat: int) -> dict[str, Any]:
     engine = replay.analyzers[cfg.job_id]
     end_ns = cfg.start_ns + int((ONSET_S + WINDOW_S) * 1e9)
     slot = JobSlot(cfg.job_id, 0, engine, trace_ns=end_ns)
-    dump_slot(slot)  # the topology's pickle is kept from the first one on
+    dump_slot(slot)  # warm: the schemas are parsed on first use
     dumps, blob = _cpu(lambda: dump_slot(slot), repeat)
-    loads, back = _cpu(lambda: load_slot(blob, 0, 0.0), repeat)
+    loads, back = _cpu(lambda: load_slot(blob, 0, 0.0)[0], repeat)
     return {
         "ranks": size,
         "job": "slowdown incident" if faulty else "healthy",

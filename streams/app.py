@@ -96,10 +96,9 @@ SNAPSHOT_BUDGET = 0.05
 """Most of a worker's time that snapshots of one partition may take: after a
 snapshot that took ``c`` s, the next one is due ``max(snapshot_interval_s,
 c / SNAPSHOT_BUDGET)`` later. Offsets are committed only with snapshots, so
-a restart replays at most that much. A healthy 1,024-rank engine pickles and
-compresses in ~0.2 s on a loaded 2-core machine (0.5 s before its recent
-collectives and topology were pickled as columns and cached bytes), so one
-such job is snapshotted every ~4 s."""
+a restart replays at most that much. The snapshot's cost per job size is in
+``bench/results/snapshot_cost.json`` (``bench/snapshot_cost.py``): at cost
+``c`` a job is snapshotted every ``c / SNAPSHOT_BUDGET`` seconds."""
 RATE_STEP_S = 1.0
 """Window step of the rate tables, and how often their sums are written.
 
@@ -242,7 +241,8 @@ class Pipeline:
         config: DetectorConfig | None = None,
     ) -> None:
         """``config``: the one ``factory``'s engines are built with, which
-        restored engines take on (``snapshot_pickle``); None: they keep theirs."""
+        restored engines take on (``core/snapshot_parts.py``); None: they
+        keep theirs."""
         self.app, self.settings, self.topics = app, settings, topics
         self.codec = Codec()
         self.metrics = WorkerMetrics()
@@ -531,7 +531,7 @@ class Pipeline:
             started = time.monotonic()
             await self.snapshot(partition)
             cost = self.snapshot_s[partition] = time.monotonic() - started
-            # A big job's engine takes a while to pickle: space its snapshots
+            # A big job's engine takes a while to encode: space its snapshots
             # so that they cost at most SNAPSHOT_BUDGET of the worker's time.
             # The snapshot's own time, not the tick's: a tick that waited on
             # the broker (offsets, a finding's delivery) spaced them seconds

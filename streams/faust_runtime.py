@@ -7,7 +7,7 @@ calls these, so they are tested without a broker or an event loop.
 from __future__ import annotations
 
 import logging
-import pickle
+import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,15 +27,29 @@ from mycroft.schemas.records import (
     StateBatch,
     Topology,
 )
-from mycroft.streams import snapshot_pickle
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.event_time import EventClock, Source
 from mycroft.streams.core.rows import group_ids
-from mycroft.streams.snapshot_pickle import SIZING
+from mycroft.streams.core.snapshot_codec import (
+    Part,
+    PartError,
+    Sealed,
+    Value,
+    decode_snapshot,
+    encode_snapshot,
+    is_snapshot,
+)
+from mycroft.streams.core.snapshot_parts import (
+    SIZING,
+    PartSpec,
+    analyzer_of,
+    restore_any,
+    snapshot_any,
+)
+from mycroft.streams.core.state_tree import decode_tree, encode_tree
 
 Finding = Anomaly | RootCause  # noqa: UP040  # a plain alias keeps 3.11 tools happy
 log = logging.getLogger(__name__)
-SNAPSHOT_VERSION = 24  # 24: flow ready-wait (23: TransferTimes.onsets)
 MAX_ANOMALY_IDS = 2048
 
 
@@ -189,26 +203,43 @@ def next_first(
     return next((j for j in ids[at:] + ids[:at] if j not in served), None)
 
 
-def dump_slot(slot: JobSlot) -> bytes:
-    """Serialize a slot (zlib-compressed pickle), in two layers.
+SLOT = PartSpec("slot", 1, "")
+"""The slot's own part: its trace time, offsets taken in, topology records."""
+TOPOLOGY_PARTS = frozenset({"topology", "gate", "engine"})
+"""Engine parts that know the job's ranks: one rebuilt is fed the slot's
+topology records again."""
+CLOCK = PartSpec("clock", 1, "")
+"""The job's event clock: the records read and not released yet."""
 
-    The outer one holds only builtins that every release reads: the
-    snapshot version, the job id, and the job's topology records as Avro
-    bytes (the schemas evolve compatibly). The inner one, the engine, its
-    clock and its positions, is read only by the release that wrote it.
+
+def dump_slot(slot: JobSlot) -> bytes:
+    """Serialize a slot: its parts (``core/snapshot_parts.py``), zlib-compressed.
+
+    The slot part holds the job's topology records as Avro bytes: a snapshot
+    whose engine parts cannot be read still restores the ranks the job knows.
     """
-    inner = snapshot_pickle.dumps((slot.trace_ns, slot.engine, slot.clock, slot.taken))
     topology = [_codec().encode(t) for t in slot.topology.values()]
-    payload = (SNAPSHOT_VERSION, slot.job_id, topology, inner)
-    return zlib.compress(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), 1)
+    own: dict[str, Value] = {
+        "job_id": slot.job_id,
+        "trace_ns": slot.trace_ns,
+        "kind": f"{type(slot.engine).__module__}:{type(slot.engine).__qualname__}",
+        "taken": encode_tree(slot.taken, {})["tree"],
+        "topology": b"".join(struct.pack("<I", len(t)) + t for t in topology),
+    }
+    parts = [
+        Part(SLOT.name, SLOT.version, own),
+        Part(CLOCK.name, CLOCK.version, encode_tree(slot.clock, {})),
+        *snapshot_any(slot.engine),
+    ]
+    return zlib.compress(encode_snapshot(parts), 1)
 
 
 class StaleSnapshot(ValueError):
-    """A snapshot of another release, with what of it this one can read."""
+    """A snapshot this release cannot restore, with what of it it can read."""
 
-    def __init__(self, version: object, topology: list[Topology]) -> None:
-        super().__init__(f"snapshot version {version} is not {SNAPSHOT_VERSION}")
-        self.version, self.topology = version, topology
+    def __init__(self, why: str, topology: list[Topology]) -> None:
+        super().__init__(why)
+        self.topology = topology
 
 
 def _codec() -> Codec:
@@ -251,31 +282,90 @@ def dump_changed(
 
 
 def load_slot(
-    blob: bytes, partition: int, wall_s: float, config: DetectorConfig | None = None
+    blob: bytes,
+    partition: int,
+    wall_s: float,
+    config: DetectorConfig | None = None,
+    factory: EngineFactory | None = None,
 ) -> tuple[JobSlot, set[str]]:
     """Rebuild a slot from :func:`dump_slot` bytes; its clock restarts at ``wall_s``.
 
-    Its engine takes on ``config`` where it can (``snapshot_pickle``); also
-    returns the detector keys that kept the snapshot's values. Only this
-    worker's own changelog topic is ever unpickled.
+    Its engine is a new one of ``factory`` (None: of the snapshot's engine
+    class, an analyzer built with ``config``) restored from its parts, and
+    takes on ``config`` where it can (``core/snapshot_parts.py``); a part
+    that does not restore is rebuilt empty alone, logged. Also returns the
+    detector keys that kept the snapshot's values.
 
     Raises:
-        StaleSnapshot: the snapshot is of another release (with the job's
-            topology records when it holds them).
+        StaleSnapshot: a pickled snapshot of an older release (never
+            unpickled), or one whose slot part does not read.
     """
-    payload = pickle.loads(zlib.decompress(blob))  # noqa: S301  # our own changelog
-    if payload[0] != SNAPSHOT_VERSION:
-        old = payload[2] if len(payload) == 4 else None  # noqa: PLR2004 - the layers
-        raise StaleSnapshot(payload[0], _topology(old if isinstance(old, list) else []))
-    _, job_id, topology_bytes, inner = payload
-    (trace_ns, engine, clock, taken), kept = snapshot_pickle.loads(inner, config)
+    data = zlib.decompress(blob)
+    if not is_snapshot(data):
+        raise StaleSnapshot(
+            "snapshot in the pickled format of an older release, not read", []
+        )
+    parts = {p.name: p for p in decode_snapshot(data)}
+    own = _slot_part(parts.get(SLOT.name))
+    job_id, topology = str(own["job_id"]), _topology(_frames(own["topology"]))
+    kind = str(own["kind"])
+    try:
+        fresh = factory(job_id) if factory else analyzer_of(kind, job_id, config)
+    except PartError as exc:
+        raise StaleSnapshot(str(exc), topology) from exc
+    restored = restore_any(job_id, fresh, list(parts.values()), config)
+    if restored.lost.keys() & TOPOLOGY_PARTS:
+        for t in topology:  # what the job's rebuilt topology knew
+            restored.engine.ingest(t, t.ts_ns)
     # Seen at the restore: a job whose last records the snapshot already
     # held gets no record to date it, and would never turn quiet (nor be
     # evaluated once more, as at the end of its trace).
-    slot = JobSlot(job_id, partition, engine, trace_ns, wall_s, clock=clock)
-    slot.taken, slot.seen_s = taken, wall_s
-    slot.topology = {t.host: t for t in _topology(topology_bytes)}
-    return slot, kept
+    slot = JobSlot(job_id, partition, restored.engine, int(own["trace_ns"]), wall_s)  # type: ignore[arg-type]
+    slot.clock = _clock(parts.get(CLOCK.name), job_id)
+    slot.taken, slot.seen_s = decode_tree({"tree": own["taken"]}, {}), wall_s
+    slot.topology = {t.host: t for t in topology}
+    return slot, restored.kept
+
+
+def _slot_part(sealed: Sealed | None) -> dict[str, Value]:
+    """The slot part's values (raises :class:`StaleSnapshot` without them)."""
+    if sealed is None or sealed.version != SLOT.version:
+        raise StaleSnapshot("snapshot without a slot part this release reads", [])
+    try:
+        return sealed.open().fields
+    except PartError as exc:
+        raise StaleSnapshot(f"snapshot slot part does not decode: {exc}", []) from exc
+
+
+def _clock(sealed: Sealed | None, job_id: str) -> EventClock:
+    """The restored event clock, or a new one (logged: its records are lost)."""
+    why = "not in the snapshot"
+    if sealed is not None and sealed.version == CLOCK.version:
+        try:
+            clock: EventClock = decode_tree(sealed.open().fields, {})
+            return clock
+        except PartError as exc:
+            why = f"does not decode: {exc}"
+    elif sealed is not None:
+        why = f"part version {sealed.version}, this release reads {CLOCK.version}"
+    log.warning(
+        "job %s: snapshot part 'clock' rebuilt empty (%s): the records it "
+        "buffered are lost",
+        job_id,
+        why,
+    )
+    return EventClock()
+
+
+def _frames(data: Value) -> list[bytes]:
+    """Split length-prefixed frames."""
+    out, at = [], 0
+    raw = data if isinstance(data, bytes) else b""
+    while at + 4 <= len(raw):
+        (n,) = struct.unpack_from("<I", raw, at)
+        out.append(raw[at + 4 : at + 4 + n])
+        at += 4 + n
+    return out
 
 
 def _topology(blobs: list[bytes]) -> list[Topology]:
@@ -326,16 +416,16 @@ class JobRouter:
             if job_id in self.slots:
                 continue
             try:
-                slot, kept = load_slot(blob, partition, wall_s, self.config)
+                slot, kept = load_slot(
+                    blob, partition, wall_s, self.config, self.factory
+                )
             except StaleSnapshot as stale:
                 self.slots[job_id] = self._afresh(job_id, partition, wall_s, stale)
                 n += 1
                 continue
             except (
                 ValueError,
-                AttributeError,
-                TypeError,
-                pickle.UnpicklingError,
+                zlib.error,
             ) as exc:
                 # Unreadable: the job starts afresh from the records read next.
                 log.warning("snapshot of job %s not restored (%s)", job_id, exc)

@@ -96,8 +96,8 @@ class RobustBaseline:
     shift: bool = False  # the last observe() saw a sustained shift
     _stats: tuple[float, float] | None = None
 
-    def __getstate__(self) -> tuple[int, list[float], list[bool], list[float], bool]:
-        """Pickle (worker snapshots) as plain lists: a 1,024-rank job holds
+    def snapshot_state(self) -> tuple[int, list[float], list[bool], list[float], bool]:
+        """Snapshot state (worker snapshots) as plain lists: a 1,024-rank job holds
         thousands of baselines; the sorted copy and the cache are rebuilt."""
         return (
             self.window,
@@ -107,10 +107,10 @@ class RobustBaseline:
             self.shift,
         )
 
-    def __setstate__(
+    def restore_state(
         self, state: tuple[int, list[float], list[bool], list[float], bool]
     ) -> None:
-        """Restore from :meth:`__getstate__`."""
+        """Restore from :meth:`snapshot_state`."""
         self.window, values, recent, last, self.shift = state
         self.values, self.ordered = deque(values), sorted(values)
         self.recent, self.last, self._stats = deque(recent), deque(last), None

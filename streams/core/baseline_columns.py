@@ -118,8 +118,12 @@ class BaselineColumns:
         self._pair_codes = np.array([np.iinfo(np.int64).max], np.int64)
         self._pair_rows = np.array([-1], np.int64)
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle (worker snapshots) without the stats cache."""
+    def restore_state(self, state: dict[str, object]) -> None:
+        """Restore from :meth:`snapshot_state`."""
+        self.__dict__.update(state)
+
+    def snapshot_state(self) -> dict[str, object]:
+        """Snapshot state (worker snapshots) without the stats cache."""
         state = dict(self.__dict__)
         state["_fresh"] = np.zeros(len(self._fresh), bool)
         return state

@@ -107,10 +107,10 @@ class CollectiveStat:
             f"nbytes={self.nbytes}, ranks={self.ranks.tolist()})"
         )
 
-    def __getstate__(self) -> tuple[int, int, int, int, str, bytes]:
-        """Pickle (worker snapshots) as one block of int64 columns: a snapshot
-        holds thousands of these, and a numpy array each costs more to pickle
-        than its data. Cached values are not kept."""
+    def snapshot_state(self) -> tuple[int, int, int, int, str, bytes]:
+        """Snapshot state (worker snapshots) as one block of int64 columns: a
+        snapshot holds thousands of these, and an array each costs more to
+        encode than its data. Cached values are not kept."""
         cols = np.stack(
             [self.ranks.astype(np.int64), self.issue_ns, self.start_ns, self.end_ns]
             + [self.prev_issue_ns]
@@ -124,8 +124,8 @@ class CollectiveStat:
             cols.tobytes(),
         )
 
-    def __setstate__(self, state: tuple[int, int, int, int, str, bytes]) -> None:
-        """Restore from :meth:`__getstate__`."""
+    def restore_state(self, state: tuple[int, int, int, int, str, bytes]) -> None:
+        """Restore from :meth:`snapshot_state`."""
         comm, seq, kind, nbytes, rank_dtype, blob = state
         cols = np.frombuffer(blob, dtype=np.int64).reshape(5, -1).copy()
         self.__init__(  # type: ignore[misc]

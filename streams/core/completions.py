@@ -301,13 +301,13 @@ class RecentStats:
         rows = rows[np.lexsort((seq[rows], comm[rows], end[rows]))]
         return [kept[i] for i in rows.tolist()]
 
-    def __getstate__(self) -> tuple[int, np.ndarray, np.ndarray]:
-        """Pickle (worker snapshots) as columns: see :func:`pack_stats`."""
+    def snapshot_state(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """Snapshot state (worker snapshots) as columns: see :func:`pack_stats`."""
         ops = list(chain.from_iterable(self._by_comm.values()))
         return (self.per_comm, *pack_stats(ops))
 
-    def __setstate__(self, state: tuple[int, np.ndarray, np.ndarray]) -> None:
-        """Restore from :meth:`__getstate__`."""
+    def restore_state(self, state: tuple[int, np.ndarray, np.ndarray]) -> None:
+        """Restore from :meth:`snapshot_state`."""
         per_comm, ops, block = state
         self.per_comm, self._by_comm = per_comm, {}
         self.extend(unpack_stats(ops, block))

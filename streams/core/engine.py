@@ -127,13 +127,6 @@ class Analyzer:
         """Incidents closed so far."""
         return self.incidents.closed
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """Restore a snapshot (one taken before the record gate or the stall
-        rhythm has none)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("gate", RecordGate())
-        self.__dict__.setdefault("rhythm", StallRhythm(self.cfg))
-
     def ingest(self, record: Record, now_ns: int) -> None:
         """Fold one decoded record in; duplicates are counted and ignored.
 

@@ -218,15 +218,15 @@ class EventClock:
         default=None, repr=False, compare=False
     )  # the current advance's deadline
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the arrival counter (restarted from the heap size)
+    def snapshot_state(self) -> dict[str, Any]:
+        """Snapshot state without the arrival counter (restarted from the heap size)
         and without the current advance's deadline."""
         state = dict(self.__dict__)
         state["_arrivals"] = len(self._heap)
         state["_out_of_time"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def restore_state(self, state: dict[str, Any]) -> None:
         """Restore, with an arrival counter past every buffered record."""
         start = max((e[4] for e in state["_heap"]), default=-1) + 1
         state["_arrivals"] = itertools.count(start)

@@ -115,8 +115,8 @@ class HostState:
         self.sends.append((tick_ns, op_flow_index(flat)))
         self.reports_recv = self.reports_recv or bool((flat["dir"] != SEND).any())
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle (worker snapshots) with the flow history, without its
+    def snapshot_state(self) -> dict[str, object]:
+        """Snapshot state (worker snapshots) with the flow history, without its
         per-entry index of started sends (rebuilt on restore).
 
         The history is most of a job's state (``history_s`` of flow
@@ -129,8 +129,8 @@ class HostState:
         state["sends"] = [tick for tick, _ in self.sends]
         return state
 
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """Restore from :meth:`__getstate__`."""
+    def restore_state(self, state: dict[str, object]) -> None:
+        """Restore from :meth:`snapshot_state`."""
         ticks = state.pop("sends")
         self.__dict__.update(state)
         self.sends = deque(
@@ -294,13 +294,6 @@ class ProgressStore:
         self._comm_code: dict[int, int] = {}
         self.ports = PortLog()
         self.wire = WireWatch()
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        """Restore a snapshot (one taken before port events has none)."""
-        self.__dict__.update(state)
-        self.__dict__.setdefault("ports", PortLog())
-        self.__dict__.setdefault("wire", WireWatch())
-        self.__dict__.setdefault("ready_wait_chunks", DetectorConfig.ready_wait_chunks)
 
     def host(self, name: str) -> HostState:
         """Return the state of host ``name``, creating it."""

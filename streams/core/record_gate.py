@@ -77,8 +77,12 @@ class RecordGate:
         self.left: set[str] = set()
         self.released = 0  # of the last ``admit``'s parts, held ones at its end
 
-    def __getstate__(self) -> dict[str, object]:
-        """Pickle (worker snapshots) without the per-batch caches."""
+    def restore_state(self, state: dict[str, object]) -> None:
+        """Restore from :meth:`snapshot_state`."""
+        self.__dict__.update(state)
+
+    def snapshot_state(self) -> dict[str, object]:
+        """Snapshot state (worker snapshots) without the per-batch caches."""
         state = dict(self.__dict__)
         state["_keys"], state["_owner"] = (None, np.zeros(0, np.uint64)), (None, None)
         return state

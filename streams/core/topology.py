@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,8 +60,7 @@ class JobTopology:
 
     Built incrementally: ``add`` merges one host's Topology record; a later
     record of the same host replaces what that host said before. Change it
-    through ``add`` only: its pickle (~1 MB at 1,024 ranks, in every worker
-    snapshot) is kept until ``add`` or a new rank or comm changes it.
+    through ``add`` only.
     """
 
     job_id: str = ""
@@ -71,20 +69,13 @@ class JobTopology:
     rank_gpu: dict[int, str] = field(default_factory=dict)
     comms: dict[int, CommInfo] = field(default_factory=dict)
 
-    def __getstate__(self) -> bytes:
-        """Pickle (worker snapshots) as the bytes of the last unchanged one."""
-        key = (self.__dict__.get("_added", 0), len(self.rank_host), len(self.comms))
-        cached = self.__dict__.get("_pickled")
-        if cached is None or cached[0] != key:
-            state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
-            cached = (key, pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
-            self.__dict__["_pickled"] = cached
-        blob: bytes = cached[1]
-        return blob
+    def snapshot_state(self) -> dict[str, object]:
+        """Snapshot state (worker snapshots): the maps, without caches."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
-    def __setstate__(self, blob: bytes) -> None:
-        """Restore from :meth:`__getstate__`."""
-        self.__dict__.update(pickle.loads(blob))  # noqa: S301 - our own snapshot
+    def restore_state(self, state: dict[str, object]) -> None:
+        """Restore from :meth:`snapshot_state`."""
+        self.__dict__.update(state)
 
     def add(self, topo: Topology) -> None:
         """Merge one host's topology record."""

@@ -4,7 +4,6 @@ exactly those of the plain code."""
 
 from __future__ import annotations
 
-import pickle
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -37,6 +36,7 @@ from mycroft.streams.core.detect_slow import (
     observe_flow_lag,
 )
 from mycroft.streams.core.hold_back import Hold
+from tests.unit.core.snapshot_roundtrip import roundtrip
 
 RULES = [
     Rule(8, 5, shift=True),  # late
@@ -121,7 +121,7 @@ def test_columns_give_each_key_what_its_own_baseline_gives(
         assert (float(med[0]), float(sigma[0])) == base.stats()
     assert fired_any  # the sequences do fire
     assert recurred or not rule.recur  # ...and the recurrence rule alone, too
-    back = pickle.loads(pickle.dumps(cols))
+    back = roundtrip(cols)
     rows = np.arange(12)
     assert all(
         (a == b).all() for a, b in zip(back.stats(rows), cols.stats(rows), strict=True)

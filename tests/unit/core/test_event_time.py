@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import pickle
 import random
 from collections import defaultdict
 from collections.abc import Callable, Collection
@@ -25,7 +24,7 @@ from mycroft.streams.core.event_time import (
     on_grid,
     record_host,
 )
-from mycroft.streams.faust_runtime import record_time_ns
+from mycroft.streams.faust_runtime import JobSlot, dump_slot, load_slot, record_time_ns
 
 Verdict = tuple[str, tuple[tuple[int, str, str], ...]]
 
@@ -94,7 +93,7 @@ def _live(
     time_out_every: int = 0,
 ) -> tuple[list[str], dict[str, Verdict]]:
     """Feed the arrival order through an EventClock, advancing every ``every``
-    records (a worker's timer), with a pickle round trip at ``restart_at``
+    records (a worker's timer), with a snapshot round trip at ``restart_at``
     (one index or several); ``time_out_every``: a deadline that passes after
     every that many evaluations (0: never)."""
     restarts = {restart_at} if isinstance(restart_at, int) else set(restart_at)
@@ -113,7 +112,9 @@ def _live(
         clock.push(rec, record_time_ns(rec))  # the record's own time, as live
         read[k] += 1
         if i in restarts:
-            clock, engine = pickle.loads(pickle.dumps((clock, engine)))
+            slot = JobSlot("j", 0, engine, clock=clock)
+            back = load_slot(dump_slot(slot), 0, 0.0)[0]
+            clock, engine = back.clock, back.engine  # type: ignore[assignment]
         if i % every == 0:
             out_of_time = _deadline(time_out_every) if time_out_every else None
             found += clock.advance(

@@ -7,7 +7,6 @@ each must give exactly what the obvious code gives.
 
 from __future__ import annotations
 
-import pickle
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -52,6 +51,7 @@ from mycroft.streams.core.rca_timing import PAIR_ROW, Lateness, late_scores
 from mycroft.streams.core.rows import group_ids, group_medians
 from mycroft.streams.core.topology import JobTopology
 from tests.unit import samples
+from tests.unit.core.snapshot_roundtrip import roundtrip
 
 MS = 1_000_000
 
@@ -289,7 +289,7 @@ def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) ->
     base = RobustBaseline(window=8)
     for v in (5.0, 7.0, 6.0, 6.5, 90.0, 6.2, 5.9, 6.1, 6.3, 6.0):
         base.observe(v, cfg, 0.5, shift=True)
-    back = pickle.loads(pickle.dumps(base))
+    back = roundtrip(base)
     assert (list(back.values), back.ordered) == (list(base.values), base.ordered)
     assert (list(back.recent), list(back.last), back.shift) == (
         list(base.recent),
@@ -300,7 +300,7 @@ def test_baseline_and_collective_survive_a_snapshot_round_trip(fed: Analyzer) ->
     assert back.observe(30.0, cfg, 0.5) == base.observe(30.0, cfg, 0.5)
     st = list(fed.stats)[-1]
     _ = st.begin_ns  # a cached property is not part of the snapshot
-    copy = pickle.loads(pickle.dumps(st))
+    copy = roundtrip(st)
     assert copy._begin is None  # noqa: SLF001 - the cache, not the data
     assert (copy.comm, copy.seq, copy.kind, copy.nbytes) == (
         st.comm,
@@ -727,7 +727,7 @@ def test_members_reduce_each_op_as_its_collective_stat_does() -> None:
 
 def _mixed_ops(rng: np.random.Generator) -> list[CollectiveStat]:
     """Ops joined in three rounds (one block each), ops made one by one and
-    the same restored from pickles, in that order."""
+    the same restored from snapshots, in that order."""
     tracker, stats = CompletionTracker(), []
     for rnd in range(3):
         n_ops, world = 5 + rnd, 4
@@ -748,7 +748,7 @@ def _mixed_ops(rng: np.random.Generator) -> list[CollectiveStat]:
                        *rng.integers(1, 10**6, (3, k + 1)), np.full(k + 1, -1))
         for k in range(3)
     ]  # fmt: skip
-    return stats + made + [pickle.loads(pickle.dumps(s)) for s in made]
+    return stats + made + [roundtrip(s) for s in made]
 
 
 def test_members_gather_ops_of_several_join_rounds_in_any_order() -> None:
@@ -781,7 +781,7 @@ _OP_FIELDS = ("comm", "seq", "kind", "nbytes", "first_issue_ns", "last_end_ns")
 _MEMBER_FIELDS = ("ranks", "issue_ns", "start_ns", "end_ns", "prev_issue_ns")
 
 
-def test_recent_stats_pickle_as_columns_and_restore_every_op() -> None:
+def test_recent_stats_snapshot_as_columns_and_restore_every_op() -> None:
     """A snapshot packs the kept ops of every comm into two arrays; each
     restored op has the original's identity, member columns and spans, in
     the same order per comm, and reads like the original in ``Members``."""
@@ -789,7 +789,7 @@ def test_recent_stats_pickle_as_columns_and_restore_every_op() -> None:
     stats = _mixed_ops(rng)
     recent = RecentStats(per_comm=6)
     recent.extend([stats[i] for i in rng.permutation(len(stats))])
-    back = pickle.loads(pickle.dumps(recent))
+    back = roundtrip(recent)
     assert back.per_comm == 6
     assert len(back) == len(recent) > 12
     for a, b in zip(recent, back, strict=True):
@@ -809,20 +809,20 @@ def test_recent_stats_pickle_as_columns_and_restore_every_op() -> None:
     old, new = Members(list(recent)), Members(list(back))
     assert old.span().tolist() == new.span().tolist()
     assert old.begin.tolist() == new.begin.tolist()
-    assert len(pickle.loads(pickle.dumps(RecentStats()))) == 0
+    assert len(roundtrip(RecentStats())) == 0
 
 
-def test_topology_pickle_is_reused_until_a_record_changes_it() -> None:
-    """Every snapshot pickles the job's topology (~1 MB at 1,024 ranks): the
-    bytes are kept, and a new host's record makes new ones."""
+def test_topology_survives_a_snapshot_and_its_caches_are_rebuilt() -> None:
+    """A snapshot holds the topology's maps, not its caches."""
     topo = JobTopology()
     rec = samples.topology()
     topo.add(rec)
-    assert topo.__getstate__() is topo.__getstate__()
-    assert pickle.loads(pickle.dumps(topo)) == topo
+    assert roundtrip(topo) == topo
     other = replace(rec, host="host-1", ranks=(replace(rec.ranks[0], rank=1),))
     topo.add(other)
-    back = pickle.loads(pickle.dumps(topo))
+    assert topo.comm_sizes() == {samples.COMM: 2}  # cached
+    back = roundtrip(topo)
+    assert not [k for k in vars(back) if k.startswith("_")]
     assert back == topo
     assert back.host_of(1) == "host-1"
     assert back.comm_sizes() == {samples.COMM: 2}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from mycroft.schemas.records import Anomaly, Culprit, Evidence, RootCause
 from mycroft.schemas.vocab import Component, FaultKind, IncidentState
-from mycroft.streams import snapshot_pickle
 from mycroft.streams.core.config import DetectorConfig
 from mycroft.streams.core.incidents import Finding, Incident, IncidentTracker
+from mycroft.streams.core.snapshot_codec import Part, decode_snapshot, encode_snapshot
+from mycroft.streams.core.state_tree import decode_tree, encode_tree
 from mycroft.streams.core.topology import JobTopology
 
 S = 1_000_000_000
@@ -92,29 +93,41 @@ def test_no_closure_without_a_published_root_cause() -> None:
     assert tracker.incident is None and len(tracker.closed) == 1
 
 
+def _snapshot(tracker: IncidentTracker) -> bytes:
+    """The tracker as a snapshot part, its config and topology by reference."""
+    refs = {id(CFG): "cfg", id(CFG.rca): "rca", id(tracker.topo): "topology"}
+    return encode_snapshot([Part("incidents", 1, encode_tree(tracker, refs))])
+
+
+def _restore(data: bytes) -> object:
+    (sealed,) = decode_snapshot(data)
+    refs = {"cfg": CFG, "rca": CFG.rca, "topology": JobTopology()}
+    return decode_tree(sealed.open().fields, refs)
+
+
 def test_a_restored_tracker_emits_the_same_closure() -> None:
     """A snapshot taken while the incident is open keeps what the closure
     needs: the restored tracker closes it as the original does."""
     split = 8  # after the root cause, before the closure
     tracker = IncidentTracker("j", CFG, JobTopology())
     _run(tracker, TICKS[:split])
-    data = snapshot_pickle.dumps(tracker)
+    data = _snapshot(tracker)
     rest = _run(tracker, TICKS[split:])
-    restored, _ = snapshot_pickle.loads(data, CFG)
+    restored = _restore(data)
     assert isinstance(restored, IncidentTracker)
     assert _run(restored, TICKS[split:]) == rest
     assert len(_closed(rest)) == 1
 
 
 def test_a_snapshot_from_before_closures_restores_and_closes_silently() -> None:
-    """An incident pickled before it kept its latest revision has nothing to
+    """An incident restored without its latest revision has nothing to
     resend: it closes as before, without a closed revision."""
     split = 8
     tracker = IncidentTracker("j", CFG, JobTopology())
     _run(tracker, TICKS[:split])
     assert tracker.incident is not None
-    del tracker.incident.__dict__["root_cause"]  # as an older snapshot holds it
-    restored, _ = snapshot_pickle.loads(snapshot_pickle.dumps(tracker), CFG)
+    tracker.incident.root_cause = None
+    restored = _restore(_snapshot(tracker))
     assert isinstance(restored, IncidentTracker)
     assert _closed(_run(restored, TICKS[split:])) == []
     assert restored.incident is None and len(restored.closed) == 1

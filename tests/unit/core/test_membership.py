@@ -7,7 +7,6 @@ as positions; the worker joins the hosts' parts and maps the peers.
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -26,6 +25,7 @@ from mycroft.streams.core.membership import MembershipJoin, is_partial, resolved
 from mycroft.streams.core.record_gate import RecordGate
 from mycroft.streams.core.topology_contract import topology_problem
 from tests.unit.core.scenario import T0, best_culprit, make, run_analyzer
+from tests.unit.core.snapshot_roundtrip import roundtrip_engine
 
 COMM = 0x77
 
@@ -212,7 +212,7 @@ def test_a_snapshot_mid_join_resumes_with_the_same_verdict() -> None:
             nxt += 100_000_000
         an.ingest(rec, ts)
     assert an.gate.held and an.gate.topo.join.parts
-    an = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
+    an = roundtrip_engine(an)
     for ts, rec in after:
         while nxt <= ts:
             out += an.evaluate(nxt)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pickle
 
 import numpy as np
 
@@ -135,17 +134,6 @@ def test_a_hangs_far_end_behind_a_dead_port_is_a_nic_candidate():
     score_port_events(ctx, suspects, 2 * S)
     top = max(suspects.values(), key=lambda s: s.best[1])
     assert (top.rank, top.best[0]) == (0, Component.NIC)
-
-
-def test_a_snapshot_without_port_events_restores():
-    """A worker snapshot taken before port events (no ``ports``) restores
-    with an empty port log."""
-    store = ProgressStore(10 * S)
-    state = {k: v for k, v in vars(store).items() if k != "ports"}
-    old = ProgressStore.__new__(ProgressStore)
-    old.__setstate__(state)
-    assert not old.ports.events("h0", "mlx5_0", 0)
-    assert not pickle.loads(pickle.dumps(store)).ports.events("h0", "mlx5_0", 0)
 
 
 def test_a_nic_dead_under_a_pipeline_transfer_is_named_by_its_port():

@@ -32,6 +32,7 @@ from tests.unit.core.scenario import (
     make,
     run_analyzer,
 )
+from tests.unit.core.snapshot_roundtrip import roundtrip_engine
 from tests.unit.samples import all_records
 
 CODEC = Codec()
@@ -288,10 +289,8 @@ def test_null_value_is_a_decode_error_with_its_reason():
 
 
 def test_the_gate_survives_a_snapshot_without_its_batch_caches():
-    import pickle  # noqa: PLC0415
-
     an, _ = run_analyzer(HANG[: len(HANG) // 2])
-    back = pickle.loads(pickle.dumps(an))  # noqa: S301 - our own object
+    back = roundtrip_engine(an)
     assert back.gate.topo.world == NR and back.gate._keys[0] is None
     ts, b = full_batch(HANG, after_ns=T0 + 7 * 10**9)
     back.ingest(bad.bad_rank(b, 10**6, -4), ts)

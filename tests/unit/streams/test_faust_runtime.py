@@ -196,7 +196,7 @@ def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
     quiet = JobSlot("quiet", 0, FakeEngine("quiet"), dirty=False)
     blobs, too_big = dump_changed([small, big, quiet], limit=10_000)
     assert list(blobs) == ["small"]
-    assert load_slot(blobs["small"], 0, 0.0)[0].job_id == "small"
+    assert load_slot(blobs["small"], 0, 0.0, factory=FakeEngine)[0].job_id == "small"
     assert list(too_big) == ["big"] and too_big["big"] > 10_000
     assert big.dirty and not small.dirty
 
@@ -204,7 +204,7 @@ def test_a_snapshot_over_the_record_limit_is_held_back_not_sent() -> None:
 def test_snapshot_roundtrip_keeps_records_not_released_yet() -> None:
     slot = JobSlot("j", 1, FakeEngine("j", seen=[1, 2]))
     slot.ingest(state_batch(7), wall_s=100.0)
-    back, _ = load_slot(dump_slot(slot), 1, wall_s=5.0)
+    back, _ = load_slot(dump_slot(slot), 1, wall_s=5.0, factory=FakeEngine)
     assert back.trace_ns == slot.trace_ns and back.clock.pending == 1
     assert isinstance(back.engine, FakeEngine) and back.engine.seen == [1, 2]
     back.clock.finish(back.engine)
@@ -502,7 +502,7 @@ def test_records_read_again_after_a_restart_are_taken_in_once() -> None:
     # 120: after a kill it restores the snapshot and reads from 121 again.
     first = JobSlot("job1", 0, _Counting("job1"))
     _take(first, records[:301], 0)
-    back, _ = load_slot(dump_slot(first), 0, wall_s=0.0)
+    back, _ = load_slot(dump_slot(first), 0, wall_s=0.0, factory=_Counting)
     _take(back, records, 121)
     assert back.taken == {("raw", 0): len(records) - 1}
     assert _causes(back.clock.finish(back.engine)) == expected

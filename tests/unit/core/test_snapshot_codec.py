@@ -1,0 +1,74 @@
+"""Snapshot parts round trip without pickle; objects are refused."""
+
+from __future__ import annotations
+
+import pickletools
+
+import numpy as np
+import pytest
+
+from mycroft.streams.core.snapshot_codec import (
+    Part,
+    PartError,
+    decode_snapshot,
+    encode_snapshot,
+    is_snapshot,
+)
+
+
+def _part() -> Part:
+    rows = np.zeros(3, dtype=[("rank", "i4"), ("t", "f8")])
+    rows["rank"] = [1, 2, 3]
+    return Part(
+        "progress",
+        2,
+        {
+            "rows": rows,
+            "names": np.array(["a", "bb"]),
+            "n": 7,
+            "x": 0.5,
+            "nan": float("nan"),
+            "ok": True,
+            "none": None,
+            "job": "j",
+            "blob": b"\x80\x05raw",
+        },
+    )
+
+
+def test_a_part_round_trips_with_its_types() -> None:
+    (back,) = [s.open() for s in decode_snapshot(encode_snapshot([_part()]))]
+    want = _part()
+    assert (back.name, back.version) == ("progress", 2)
+    assert set(back.fields) == set(want.fields)
+    for key in ("n", "x", "ok", "none", "job", "blob"):
+        assert back.fields[key] == want.fields[key]
+        assert type(back.fields[key]) is type(want.fields[key])
+    assert np.isnan(back.fields["nan"])  # type: ignore[arg-type]
+    assert np.array_equal(back.fields["rows"], want.fields["rows"])  # type: ignore[arg-type]
+    assert back.fields["rows"].dtype == want.fields["rows"].dtype  # type: ignore[union-attr]
+
+
+def test_object_arrays_and_objects_are_refused() -> None:
+    with pytest.raises(PartError, match="holds Python objects"):
+        encode_snapshot([Part("p", 1, {"a": np.array([{}], dtype=object)})])
+    with pytest.raises(PartError, match="convert it"):
+        encode_snapshot([Part("p", 1, {"a": [1, 2]})])  # type: ignore[dict-item]
+
+
+def test_a_snapshot_is_not_a_pickle_and_a_pickle_is_not_a_snapshot() -> None:
+    data = encode_snapshot([_part()])
+    assert is_snapshot(data) and not data.startswith(b"\x80")
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any pickle error
+        list(pickletools.genops(data))
+    with pytest.raises(PartError, match="older release"):
+        decode_snapshot(b"\x80\x05" + data)
+
+
+def test_a_broken_part_fails_alone() -> None:
+    data = encode_snapshot([_part(), Part("clock", 1, {"n": 1})])
+    sealed = decode_snapshot(data)
+    broken = type(sealed[0])("progress", 2, sealed[0].body[:40])
+    with pytest.raises(PartError):
+        broken.open()
+    assert sealed[1].open().fields == {"n": 1}
