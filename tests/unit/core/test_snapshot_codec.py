@@ -49,6 +49,27 @@ def test_a_part_round_trips_with_its_types() -> None:
     assert back.fields["rows"].dtype == want.fields["rows"].dtype  # type: ignore[union-attr]
 
 
+def test_plain_arrays_keep_shape_order_and_are_writable() -> None:
+    arrays = {
+        "grid": np.arange(12, dtype=">i8").reshape(3, 4).T,  # not C-ordered
+        "empty": np.zeros((0, 3), dtype=np.float32),
+        "scalar": np.array(2.5),
+        "names": np.array(["a", "bcd"]),
+        "when": np.array([1, 2], dtype="datetime64[ns]"),
+        "nested": np.ones(2, dtype=[("a", "u1"), ("b", [("c", "<f4", (2,))])]),
+        "aligned": np.ones(3, dtype=np.dtype([("x", "u1"), ("y", "<i8")], align=True)),
+    }
+    (back,) = [
+        s.open() for s in decode_snapshot(encode_snapshot([Part("p", 1, arrays)]))
+    ]
+    for key, want in arrays.items():
+        got = back.fields[key]
+        assert isinstance(got, np.ndarray)
+        assert got.dtype == want.dtype and got.shape == want.shape, key
+        assert np.array_equal(got, want), key
+        assert got.flags.writeable, key  # holders write into restored arrays
+
+
 def test_object_arrays_and_objects_are_refused() -> None:
     with pytest.raises(PartError, match="holds Python objects"):
         encode_snapshot([Part("p", 1, {"a": np.array([{}], dtype=object)})])
