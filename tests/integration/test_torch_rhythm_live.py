@@ -23,7 +23,6 @@ from mycroft.schemas.records import RootCause
 from mycroft.streams.analyze import Replay
 from mycroft.streams.core.stall_rhythm import Pause
 from mycroft.streams.faust_settings import StreamSettings
-from tests.agent_process import stop_agent
 from tests.unit.torch import ddp_job, harness, live
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -43,20 +42,7 @@ def worker(
 def _run(s: StreamSettings, tmp: Path) -> tuple[str, list[RootCause]]:
     """Run the job for ``RUN_S``; return its id and the live root causes."""
     job_id = f"torch-rhythm-{time.time_ns() % 10**12}"
-    (tmp / "rings").mkdir()
-    poll = live.root_cause_poller(s)
-    agent = live.start_agent(s, job_id, tmp)
-    env = harness.traced_env(tmp / "rings")
-    procs = ddp_job.launch([*JOB_ARGS, *RHYTHM], 4, env, tmp / "logs")
-    found: list[RootCause] = []
-    try:
-        deadline = time.monotonic() + RUN_S
-        while time.monotonic() < deadline:
-            found = [r for r in poll() if r.job_id == job_id]
-            assert all(p.poll() is None for p in procs), harness.logs(tmp / "logs")
-    finally:
-        stop_agent(agent, tmp / "agent.log")  # first: the stop is no fault
-        harness.job().stop(procs)
+    found = live.run_for(s, job_id, ddp_job.launch, [*JOB_ARGS, *RHYTHM], RUN_S, tmp)
     return job_id, found
 
 

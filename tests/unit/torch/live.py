@@ -216,6 +216,36 @@ def run_job_live(  # noqa: PLR0913 - the job, its fault and where to run it
     return found
 
 
+def run_for(  # noqa: PLR0917 - the job, what runs it, and for how long
+    s: StreamSettings,
+    job_id: str,
+    launch: Launch,
+    job_args: Sequence[str],
+    run_s: float,
+    tmp: Path,
+) -> list[RootCause]:
+    """Run 4 traced ranks of ``launch(job_args)`` as ``job_id`` for ``run_s``
+    under a node agent; return the job's live root causes.
+
+    Fails if a rank exits meanwhile (give the job more steps than fit).
+    """
+    (tmp / "rings").mkdir()
+    poll = root_cause_poller(s)
+    agent = start_agent(s, job_id, tmp)
+    env = harness.traced_env(tmp / "rings")
+    procs = launch(list(job_args), 4, env, tmp / "logs")
+    found: list[RootCause] = []
+    try:
+        deadline = time.monotonic() + run_s
+        while time.monotonic() < deadline:
+            found = [r for r in poll() if r.job_id == job_id]
+            assert all(p.poll() is None for p in procs), harness.logs(tmp / "logs")
+    finally:
+        stop_agent(agent, tmp / "agent.log")  # first: the stop is no fault
+        harness.job().stop(procs)
+    return found
+
+
 def run_healthy(
     s: StreamSettings, launch: Launch, run_s: float, tmp: Path
 ) -> tuple[list[RootCause], str]:
@@ -226,20 +256,7 @@ def run_healthy(
     Fails if a rank exits meanwhile (the job runs far more steps than fit).
     """
     job_id = f"torch-none-{time.time_ns() % 10**12}"
-    (tmp / "rings").mkdir()
-    poll = root_cause_poller(s)
-    agent = start_agent(s, job_id, tmp)
-    env = harness.traced_env(tmp / "rings")
-    procs = launch(["--iters", "1000000"], 4, env, tmp / "logs")
-    found: list[RootCause] = []
-    try:
-        deadline = time.monotonic() + run_s
-        while time.monotonic() < deadline:
-            found = [r for r in poll() if r.job_id == job_id]
-            assert all(p.poll() is None for p in procs), harness.logs(tmp / "logs")
-    finally:
-        stop_agent(agent, tmp / "agent.log")  # first: the stop is no fault
-        harness.job().stop(procs)
+    found = run_for(s, job_id, launch, ["--iters", "1000000"], run_s, tmp)
     if not found:
         return found, ""
     trace = tmp / "job.trace"
